@@ -1,0 +1,42 @@
+# Every target sets itself up on a fresh machine that has only Python and pip.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+REF_VENV := .venv-ref
+REF_STAMP := $(REF_VENV)/.installed
+BACKENDS := tensorflow jax torch
+
+.PHONY: demo test test-tensorflow test-jax test-torch install reference-env clean
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements/constraints.txt -e ".[all,test]"
+	touch $@
+
+install: $(STAMP)
+
+# Train a small ViT on scikit-learn's handwritten digits and print held-out accuracy.
+demo: $(STAMP)
+	$(VENV)/bin/keras-vit train
+
+# The whole suite once per backend, each in its own process; fails if any backend fails.
+test: $(STAMP)
+	@status=0; for backend in $(BACKENDS); do \
+		echo "=== KERAS_BACKEND=$$backend ==="; \
+		KERAS_BACKEND=$$backend $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || status=1; \
+	done; exit $$status
+
+test-%: $(STAMP)
+	KERAS_BACKEND=$* $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# Side environment with timm (needs a CUDA build of torch for torchvision): fixtures and benchmarks only.
+$(REF_STAMP): requirements/reference.txt
+	test -x $(REF_VENV)/bin/python || $(PYTHON) -m venv $(REF_VENV)
+	$(REF_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/reference.txt
+	touch $@
+
+reference-env: $(REF_STAMP)
+
+clean:
+	rm -rf $(VENV) $(REF_VENV) build *.egg-info

@@ -1,0 +1,229 @@
+"""Linear patch projection, prefix tokens and position embedding."""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_vit.layers.patches import normalize_pair
+
+POSITION_EMBEDDINGS = ("learned", "sincos2d", "none")
+
+
+def sincos_2d_position_embedding(grid_size, hidden_dim, temperature=10000.0):
+    """Fixed 2-D sine-cosine position embedding of a patch grid, in numpy.
+
+    A quarter of the features encode the column with sines, a quarter with
+    cosines, and the other half the row in the same way (the layout of
+    big_vision's `posemb_sincos_2d`). Rows of the result follow the patches'
+    row-major order.
+
+    Args:
+        grid_size: tuple. `(rows, cols)` of the patch grid.
+        hidden_dim: int. Embedding width; must be divisible by 4.
+        temperature: float. Base of the geometric frequency ladder.
+
+    Returns:
+        A float32 array of shape `(rows * cols, hidden_dim)`.
+    """
+    if hidden_dim % 4:
+        raise ValueError(
+            "The 2-D sin-cos position embedding needs `hidden_dim` divisible "
+            f"by 4. Received: hidden_dim={hidden_dim}"
+        )
+    rows, cols = grid_size
+    quarter = hidden_dim // 4
+    omega = np.arange(quarter, dtype=np.float64) / max(quarter - 1, 1)
+    omega = 1.0 / temperature**omega  # (D/4,)
+    row_index, col_index = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    col_angles = col_index.reshape(-1, 1) * omega[None]  # (N, D/4)
+    row_angles = row_index.reshape(-1, 1) * omega[None]  # (N, D/4)
+    table = np.concatenate(
+        [np.sin(col_angles), np.cos(col_angles), np.sin(row_angles), np.cos(row_angles)],
+        axis=1,
+    )
+    return table.astype("float32")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PatchEncoder(keras.layers.Layer):
+    """Projects flattened patches and adds prefix tokens and positions.
+
+    Implements eq. 1 of the ViT paper: each patch is mapped by a learned
+    linear projection `E` to `hidden_dim` features, a learned class token is
+    prepended (optionally followed by register tokens), and a position
+    embedding is added. Dropout follows.
+
+    Args:
+        hidden_dim: int. Width `D` of the token embeddings.
+        grid_size: int, tuple of two ints, or `None`. The patch grid
+            `(rows, cols)`. Needed for `"sincos2d"` and for resampling to
+            another resolution; when `None` the grid is taken to be square.
+            Defaults to `None`.
+        use_class_token: bool. Whether to prepend a learned class token.
+            Defaults to `True`.
+        num_register_tokens: int. Learned register tokens inserted after the
+            class token (Darcet et al., 2023). Defaults to `0`.
+        position_embedding: str. `"learned"` (a trainable table, the paper's
+            default), `"sincos2d"` (fixed 2-D sine-cosine), or `"none"`.
+            Defaults to `"learned"`.
+        prefix_position_embedding: bool. For `"learned"`: whether the class
+            and register tokens get rows of their own in the table (the
+            paper's `N + 1` rows). `False` reproduces timm's
+            `no_embed_class=True`. Defaults to `True`.
+        dropout: float. Dropout rate applied to the token sequence.
+            Defaults to `0.0`.
+        kernel_initializer: Initializer of the projection kernel. Defaults
+            to `"glorot_uniform"`.
+        **kwargs: Base layer keyword arguments.
+
+    Call arguments:
+        patches: tensor of shape `(batch, num_patches, patch_features)`, as
+            returned by `Patches`.
+        training: bool. Whether dropout is active.
+
+    Returns:
+        A tensor `(batch, num_prefix_tokens + num_patches, hidden_dim)`.
+    """
+
+    def __init__(
+        self,
+        hidden_dim,
+        grid_size=None,
+        use_class_token=True,
+        num_register_tokens=0,
+        position_embedding="learned",
+        prefix_position_embedding=True,
+        dropout=0.0,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(hidden_dim, int) or hidden_dim <= 0:
+            raise ValueError(f"`hidden_dim` must be a positive int. Received: hidden_dim={hidden_dim!r}")
+        if position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"Unknown `position_embedding`. Use one of {POSITION_EMBEDDINGS}. "
+                f"Received: position_embedding={position_embedding!r}"
+            )
+        if not isinstance(num_register_tokens, int) or num_register_tokens < 0:
+            raise ValueError(
+                "`num_register_tokens` must be a non-negative int. "
+                f"Received: num_register_tokens={num_register_tokens!r}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        self.hidden_dim = hidden_dim
+        self.grid_size = None if grid_size is None else normalize_pair(grid_size, "grid_size")
+        self.use_class_token = bool(use_class_token)
+        self.num_register_tokens = num_register_tokens
+        self.position_embedding = position_embedding
+        self.prefix_position_embedding = bool(prefix_position_embedding)
+        self.dropout = dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.projection = keras.layers.Dense(
+            hidden_dim, kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="projection"
+        )
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+
+    @property
+    def num_prefix_tokens(self):
+        """Number of tokens placed before the patch tokens."""
+        return int(self.use_class_token) + self.num_register_tokens
+
+    def _resolve_grid(self, num_patches):
+        if self.grid_size is not None:
+            rows, cols = self.grid_size
+            if num_patches is not None and rows * cols != num_patches:
+                raise ValueError(
+                    f"Layer '{self.name}' was configured for a {rows}x{cols} patch "
+                    f"grid ({rows * cols} patches) but received {num_patches} "
+                    "patches. Build the model for the image size you feed it."
+                )
+            return self.grid_size
+        if num_patches is None:
+            raise ValueError(
+                f"Layer '{self.name}' needs a known number of patches to build "
+                "its position embedding. Give the model a fixed image size."
+            )
+        side = math.isqrt(num_patches)
+        if side * side != num_patches:
+            raise ValueError(
+                f"{num_patches} patches do not form a square grid. Pass "
+                "`grid_size=(rows, cols)` to PatchEncoder for non-square images."
+            )
+        return (side, side)
+
+    def build(self, input_shape):
+        _, num_patches, _ = input_shape
+        rows, cols = self._resolve_grid(num_patches)
+        self.grid_size = (rows, cols)
+        self.projection.build(input_shape)
+        if self.use_class_token:
+            self.class_token = self.add_weight(
+                shape=(1, 1, self.hidden_dim), initializer="zeros", name="class_token"
+            )
+        if self.num_register_tokens:
+            self.register_tokens = self.add_weight(
+                shape=(1, self.num_register_tokens, self.hidden_dim),
+                initializer=keras.initializers.TruncatedNormal(stddev=1e-6),
+                name="register_tokens",
+            )
+        if self.position_embedding == "learned":
+            rows_in_table = rows * cols
+            if self.prefix_position_embedding:
+                rows_in_table += self.num_prefix_tokens
+            self.position_embedding_table = self.add_weight(
+                shape=(1, rows_in_table, self.hidden_dim),
+                initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+                name="position_embedding",
+            )
+        elif self.position_embedding == "sincos2d":
+            # A constant, not a weight: recomputed from the config on load.
+            self._sincos_table = sincos_2d_position_embedding((rows, cols), self.hidden_dim)[None]
+        self.built = True
+
+    def _prefix_tokens(self, batch_size, dtype):
+        tokens = []
+        if self.use_class_token:
+            tokens.append(ops.cast(self.class_token, dtype))
+        if self.num_register_tokens:
+            tokens.append(ops.cast(self.register_tokens, dtype))
+        prefix = ops.concatenate(tokens, axis=1) if len(tokens) > 1 else tokens[0]
+        # (B, num_prefix, D)
+        return ops.broadcast_to(prefix, (batch_size, self.num_prefix_tokens, self.hidden_dim))
+
+    def call(self, patches, training=None):
+        x = self.projection(patches)  # (B, N, D)
+        batch_size = ops.shape(x)[0]
+        if self.position_embedding == "sincos2d":
+            x = x + ops.cast(self._sincos_table, x.dtype)
+        elif self.position_embedding == "learned" and not self.prefix_position_embedding:
+            x = x + ops.cast(self.position_embedding_table, x.dtype)
+        if self.num_prefix_tokens:
+            x = ops.concatenate([self._prefix_tokens(batch_size, x.dtype), x], axis=1)
+        if self.position_embedding == "learned" and self.prefix_position_embedding:
+            x = x + ops.cast(self.position_embedding_table, x.dtype)
+        return self.dropout_layer(x, training=training)
+
+    def compute_output_shape(self, input_shape):
+        batch, num_patches, _ = input_shape
+        tokens = None if num_patches is None else num_patches + self.num_prefix_tokens
+        return (batch, tokens, self.hidden_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "grid_size": self.grid_size,
+                "use_class_token": self.use_class_token,
+                "num_register_tokens": self.num_register_tokens,
+                "position_embedding": self.position_embedding,
+                "prefix_position_embedding": self.prefix_position_embedding,
+                "dropout": self.dropout,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config

@@ -1,0 +1,250 @@
+"""The ViT encoder as a functional Keras model."""
+
+import keras
+import numpy as np
+
+from keras_vit.layers.image_normalization import ImageNormalization
+from keras_vit.layers.patch_encoder import PatchEncoder
+from keras_vit.layers.patches import Patches, check_image_shape, normalize_pair
+from keras_vit.layers.transformer_block import TransformerBlock
+from keras_vit.models.variants import parse_variant
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ViTBackbone(keras.Model):
+    """Vision Transformer encoder: images in, normalised tokens out.
+
+    The data path is `ImageNormalization -> [stem] -> Patches ->
+    PatchEncoder -> TransformerBlock x num_layers -> LayerNorm`. Raw pixels
+    go in (the preprocessing is part of the model); the output holds one
+    vector per token, the class (and register) tokens first.
+
+    Args:
+        image_size: int or tuple of two ints. Input height and width.
+            Defaults to `224`.
+        patch_size: int or tuple of two ints. Patch height and width, on
+            the image or, with a `stem`, on the stem's feature map.
+            Defaults to `16`.
+        num_channels: int. Channels of the input images. Defaults to `3`.
+        hidden_dim: int. Token width `D`. Defaults to `768`.
+        num_layers: int. Number of Transformer blocks. Defaults to `12`.
+        num_heads: int. Attention heads; must divide `hidden_dim`.
+            Defaults to `12`.
+        mlp_dim: int. Hidden width of each MLP. Defaults to `3072`.
+        dropout: float. Dropout on embeddings and inside blocks.
+            Defaults to `0.0`.
+        attention_dropout: float. Dropout on attention probabilities.
+            Defaults to `0.0`.
+        drop_path_rate: float. Stochastic depth of the last block; earlier
+            blocks get linearly smaller rates. Defaults to `0.0`.
+        layer_norm_epsilon: float. Epsilon of every LayerNorm. Defaults to
+            `1e-6`.
+        use_class_token: bool. Prepend a learned class token. Defaults to
+            `True`.
+        num_register_tokens: int. Learned register tokens. Defaults to `0`.
+        position_embedding: str. `"learned"`, `"sincos2d"` or `"none"`.
+            Defaults to `"learned"`.
+        prefix_position_embedding: bool. Whether the class and register
+            tokens have position-embedding rows. Defaults to `True`.
+        layer_scale_init: float or `None`. LayerScale initial value, or
+            `None` for no LayerScale. Defaults to `None`.
+        use_qkv_bias: bool. Bias in the qkv projections. Defaults to `True`.
+        final_norm: bool. Apply a LayerNorm to the output tokens. Set to
+            `False` for checkpoints that normalise after pooling instead
+            (timm's `fc_norm`). Defaults to `True`.
+        pixel_scale: float. Pixels are multiplied by this first. Defaults
+            to `1 / 255`.
+        pixel_mean: float or tuple. Per-channel mean subtracted after
+            scaling. Defaults to `0.5`.
+        pixel_std: float or tuple. Per-channel std divided by. Defaults to
+            `0.5`. The defaults map [0, 255] to [-1, 1].
+        stem: `keras.layers.Layer` or `None`. A network mapping normalised
+            images to a feature map `(batch, h, w, c)` that is then cut into
+            patches; this makes a hybrid ViT. Defaults to `None` (patches
+            are cut from the image).
+        name: str. Model name. Defaults to `"vit_backbone"`.
+        dtype: dtype policy of every layer. Defaults to the global policy.
+
+    Example:
+
+    >>> backbone = keras_vit.ViTBackbone.from_variant("ViT-Ti/16", image_size=32)
+    >>> backbone(np.zeros((1, 32, 32, 3))).shape
+    (1, 5, 192)
+    """
+
+    def __init__(
+        self,
+        image_size=224,
+        patch_size=16,
+        num_channels=3,
+        hidden_dim=768,
+        num_layers=12,
+        num_heads=12,
+        mlp_dim=3072,
+        dropout=0.0,
+        attention_dropout=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        use_class_token=True,
+        num_register_tokens=0,
+        position_embedding="learned",
+        prefix_position_embedding=True,
+        layer_scale_init=None,
+        use_qkv_bias=True,
+        final_norm=True,
+        pixel_scale=1.0 / 255.0,
+        pixel_mean=0.5,
+        pixel_std=0.5,
+        stem=None,
+        name="vit_backbone",
+        dtype=None,
+        **kwargs,
+    ):
+        image_size = normalize_pair(image_size, "image_size")
+        patch_size = normalize_pair(patch_size, "patch_size")
+        _check_positive_int(num_channels=num_channels, hidden_dim=hidden_dim, num_layers=num_layers,
+                            num_heads=num_heads, mlp_dim=mlp_dim)
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"`hidden_dim` must be divisible by `num_heads` so each head gets "
+                f"an equal share. Received: hidden_dim={hidden_dim}, num_heads={num_heads}"
+            )
+        if not 0.0 <= drop_path_rate < 1.0:
+            raise ValueError(f"`drop_path_rate` must be in [0, 1). Received: drop_path_rate={drop_path_rate}")
+
+        # === Layers ===
+        images = keras.Input(shape=image_size + (num_channels,), name="images")
+        x = ImageNormalization(
+            scale=pixel_scale, mean=pixel_mean, std=pixel_std, num_channels=num_channels,
+            dtype=dtype, name="preprocessing",
+        )(images)
+        if stem is None:
+            check_image_shape((None,) + image_size + (num_channels,), patch_size)
+        else:
+            x = stem(x)
+            if len(x.shape) != 4:
+                raise ValueError(
+                    "A `stem` must map images to a 4-D feature map (batch, height, "
+                    f"width, channels). Received a stem output of shape {x.shape}."
+                )
+            check_image_shape(x.shape, patch_size, layer_name="The stem's feature map")
+        feature_rows, feature_cols = x.shape[1], x.shape[2]
+        grid_size = (feature_rows // patch_size[0], feature_cols // patch_size[1])
+        x = Patches(patch_size, dtype=dtype, name="patches")(x)
+        x = PatchEncoder(
+            hidden_dim,
+            grid_size=grid_size,
+            use_class_token=use_class_token,
+            num_register_tokens=num_register_tokens,
+            position_embedding=position_embedding,
+            prefix_position_embedding=prefix_position_embedding,
+            dropout=dropout,
+            dtype=dtype,
+            name="patch_encoder",
+        )(x)
+        # Stochastic depth grows linearly with depth, as in DeiT and timm.
+        drop_path_rates = np.linspace(0.0, drop_path_rate, num_layers) if num_layers > 1 else [drop_path_rate]
+        for index in range(num_layers):
+            x = TransformerBlock(
+                num_heads,
+                mlp_dim,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                drop_path=float(drop_path_rates[index]),
+                layer_scale_init=layer_scale_init,
+                layer_norm_epsilon=layer_norm_epsilon,
+                use_qkv_bias=use_qkv_bias,
+                dtype=dtype,
+                name=f"transformer_block_{index}",
+            )(x)
+        if final_norm:
+            x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")(x)
+
+        super().__init__(inputs=images, outputs=x, name=name, **kwargs)
+        # Shape errors are raised by the preprocessing and Patches layers with
+        # messages that say how to fix them, instead of Keras' generic one.
+        self.input_spec = None
+
+        # === Config ===
+        self.image_size = image_size
+        self.patch_size = patch_size
+        self.num_channels = num_channels
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.drop_path_rate = drop_path_rate
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.use_class_token = use_class_token
+        self.num_register_tokens = num_register_tokens
+        self.position_embedding = position_embedding
+        self.prefix_position_embedding = prefix_position_embedding
+        self.layer_scale_init = layer_scale_init
+        self.use_qkv_bias = use_qkv_bias
+        self.final_norm = final_norm
+        self.pixel_scale = pixel_scale
+        self.pixel_mean = pixel_mean
+        self.pixel_std = pixel_std
+        self.stem = stem
+        self.grid_size = grid_size
+        self.num_prefix_tokens = int(use_class_token) + num_register_tokens
+
+    @classmethod
+    def from_variant(cls, variant, **overrides):
+        """Build a backbone from a named variant such as `"ViT-B/16"`.
+
+        Args:
+            variant: str. A name from the variants table (`"ViT-Ti/16"`,
+                `"S/32"`, ...).
+            **overrides: Constructor arguments that replace or extend the
+                variant's (for example `image_size=384`, `dropout=0.1`).
+
+        Returns:
+            A `ViTBackbone`.
+        """
+        return cls(**{**parse_variant(variant), **overrides})
+
+    def get_config(self):
+        return {
+            "image_size": self.image_size,
+            "patch_size": self.patch_size,
+            "num_channels": self.num_channels,
+            "hidden_dim": self.hidden_dim,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "drop_path_rate": self.drop_path_rate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "use_class_token": self.use_class_token,
+            "num_register_tokens": self.num_register_tokens,
+            "position_embedding": self.position_embedding,
+            "prefix_position_embedding": self.prefix_position_embedding,
+            "layer_scale_init": self.layer_scale_init,
+            "use_qkv_bias": self.use_qkv_bias,
+            "final_norm": self.final_norm,
+            "pixel_scale": self.pixel_scale,
+            "pixel_mean": self.pixel_mean,
+            "pixel_std": self.pixel_std,
+            "stem": None if self.stem is None else keras.saving.serialize_keras_object(self.stem),
+            "name": self.name,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if config.get("stem") is not None:
+            config["stem"] = keras.saving.deserialize_keras_object(config["stem"])
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+
+def _check_positive_int(**arguments):
+    for name, value in arguments.items():
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
