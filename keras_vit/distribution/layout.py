@@ -40,14 +40,17 @@ _RULES = (
     # Convolutions of hybrid stems (BiT ResNet units, keras.applications
     # ResNets, any layer whose name contains "conv"): 4-D (kh, kw, in, out)
     # kernels split along output channels, their biases with them. Channel
-    # counts of ResNets are multiples of 64.
+    # counts of ResNets are multiples of 64. A conv layer named otherwise is
+    # reported by `unsharded_weights`; a non-4-D kernel under such a name by
+    # `layout_errors`.
     (r"[^/]*conv[^/]*/kernel", (None, None, None, "model")),
     (r"[^/]*conv[^/]*/bias", ("model",)),
 )
 
-# Below 64 Ki elements (256 KiB in float32) a replicated weight costs less
-# memory than the rest of a device's working set; every weight of a block,
-# the embeddings and the head of ViT-S and larger is above it.
+# Below 64 Ki elements (256 KiB in float32) a replicated weight costs little
+# next to a device's working set; every matrix of a ViT-S (or larger) block
+# is above it, so the guard watches all of them. Vectors (norms, biases) of
+# any ViT are below it.
 DEFAULT_MIN_SIZE = 2**16
 
 
