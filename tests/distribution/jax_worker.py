@@ -15,7 +15,15 @@ import os
 import sys
 
 os.environ["KERAS_BACKEND"] = "jax"
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+# The 8 virtual devices are threads of this process; on a loaded machine one
+# can reach a collective much later than the others, and XLA's CPU runtime
+# aborts a collective after 40 s by default. Allow far more.
+os.environ["XLA_FLAGS"] = " ".join([
+    os.environ.get("XLA_FLAGS", ""),
+    "--xla_force_host_platform_device_count=8",
+    "--xla_cpu_collective_timeout_seconds=900",
+    "--xla_cpu_collective_call_terminate_timeout_seconds=900",
+]).strip()
 
 import jax  # noqa: E402
 import keras  # noqa: E402
