@@ -137,6 +137,8 @@ def build_model(
             )
 
     backbone = ViTBackbone(**backbone_config)
+    if head_config is not None and "dtype" in backbone_config:
+        head_config = {"dtype": backbone_config["dtype"], **head_config}
     model = backbone if head_config is None else ViTClassifier(backbone, **head_config)
     variables = {variable.path: variable for variable in model.weights}
     entries = [e for e in timm_name_map(backbone_config["num_layers"]) if e[1] in variables or e[0] in state_dict]

@@ -18,6 +18,7 @@ MODEL_FIXTURES = [
     "nonsquare",
     "no_class_token_gap",
 ]
+FEATURE_FIXTURES = ("cls_token", "gap_fc_norm", "registers_no_embed_class")
 
 
 def test_fixtures_record_timm_version(manifest):
@@ -39,6 +40,8 @@ def test_timm_parity(name, manifest):
     # The backbone alone reproduces timm's forward_features (tokens after
     # `norm`; before it for fc_norm models, whose `norm` is an identity).
     assert isinstance(model.backbone, ViTBackbone)
+    if name not in FEATURE_FIXTURES:
+        return  # (one compile fewer per fixture; the logits already cover the rest)
     assert max_abs_diff(predict(model.backbone, reference["images"]), reference["features"]) <= TOLERANCE
 
 
@@ -141,13 +144,15 @@ def test_npz_with_pre_logits_round_trip(tmp_path):
     # drops it, so check the mapping by writing our model in the Google layout.
     arrays = dict(np.load(fixture_path("google_vit.npz"), allow_pickle=False))
     rng = np.random.default_rng(0)
-    arrays["opt/target/pre_logits/kernel"] = rng.normal(size=(16, 7)).astype("float32")
-    arrays["opt/target/pre_logits/bias"] = rng.normal(size=(7,)).astype("float32")
-    arrays["opt/target/head/kernel"] = rng.normal(size=(7, 5)).astype("float32")
+    # (width 32 and 16 classes reuse the MLP's weight shapes: fewer JAX compiles)
+    arrays["opt/target/pre_logits/kernel"] = rng.normal(size=(16, 32)).astype("float32")
+    arrays["opt/target/pre_logits/bias"] = rng.normal(size=(32,)).astype("float32")
+    arrays["opt/target/head/kernel"] = rng.normal(size=(32, 16)).astype("float32")
+    arrays["opt/target/head/bias"] = rng.normal(size=(16,)).astype("float32")
     path = tmp_path / "with_pre_logits.npz"
     np.savez(path, **arrays)
     model = load_checkpoint(path)
-    assert model.representation_size == 7
+    assert model.representation_size == 32 and model.num_classes == 16
     reference = np.load(fixture_path("google_vit_reference.npz"), allow_pickle=False)
     backbone = load_checkpoint(path, include_head=False)
     tokens = predict(backbone, reference["images"])
