@@ -128,3 +128,28 @@ def test_bad_image_size_and_missing_file(tmp_path):
     shutil.copy(SOURCE, tmp_path / "weights.bin.txt")
     with pytest.raises(ValueError, match="Unrecognised checkpoint"):
         load_checkpoint(tmp_path / "weights.bin.txt")
+
+
+def test_build_model_hook_for_hybrids(state_dict):
+    # Hybrid converters reuse the strict ViT mapping and hand in the stem's
+    # weights; the position embedding is resampled to the stem's grid.
+    import keras
+
+    from keras_vit.convert.model_map import build_model
+    from keras_vit.convert.resample import resample_position_embedding
+
+    def config():
+        stem = keras.layers.Conv2D(3, 1, strides=2, name="stem")
+        return dict(image_size=32, patch_size=4, hidden_dim=16, num_layers=2, num_heads=2, mlp_dim=32, stem=stem)
+
+    kernel = np.random.default_rng(0).normal(size=(1, 1, 3, 3)).astype(np.float32)
+    heads = [k for k in state_dict if k.startswith("head.")]
+    model = build_model(config(), None, state_dict, source_grid=(4, 4), image_size=64, ignored=heads,
+                        extra_weights={"stem/kernel": kernel, "stem/bias": np.zeros(3, np.float32)})
+    assert model.grid_size == (8, 8)
+    np.testing.assert_array_equal(model.get_layer("stem").kernel.numpy(), kernel)
+    expected = resample_position_embedding(state_dict["pos_embed"], 1, (4, 4), (8, 8))
+    table = model.get_layer("patch_encoder").position_embedding_table.numpy()
+    np.testing.assert_allclose(table, expected, atol=1e-6)
+    with pytest.raises(ValueError, match=r"does not set these model weights: \['stem/bias', 'stem/kernel'\]"):
+        build_model(config(), None, state_dict, source_grid=(4, 4), ignored=heads)
