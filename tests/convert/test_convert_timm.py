@@ -149,6 +149,7 @@ def test_npz_with_pre_logits_round_trip(tmp_path):
     arrays["opt/target/pre_logits/bias"] = rng.normal(size=(32,)).astype("float32")
     arrays["opt/target/head/kernel"] = rng.normal(size=(32, 16)).astype("float32")
     arrays["opt/target/head/bias"] = rng.normal(size=(16,)).astype("float32")
+    arrays["opt/state/step"] = np.array(1000)  # optimizer state beside opt/target/ is ignored
     path = tmp_path / "with_pre_logits.npz"
     np.savez(path, **arrays)
     model = load_checkpoint(path)
