@@ -1,18 +1,9 @@
-"""Shared helpers for the checkpoint-interop tests."""
-
 import json
-import os
 
 import keras
-import numpy as np
 import pytest
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "timm")
-TOLERANCE = 1e-4  # max abs difference, float32
-
-
-def fixture_path(*parts):
-    return os.path.join(FIXTURES, *parts)
+from tests.convert.helpers import fixture_path
 
 
 @pytest.fixture(scope="session")
@@ -21,17 +12,15 @@ def manifest():
         return json.load(handle)
 
 
-def max_abs_diff(actual, expected):
-    actual = np.asarray(actual, dtype=np.float64)
-    expected = np.asarray(expected, dtype=np.float64)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    return float(np.max(np.abs(actual - expected)))
+@pytest.fixture(autouse=True)
+def _fresh_keras_state():
+    """As tests/conftest.py, without a full `gc.collect()` after every test.
 
-
-def predict(model, images):
-    """Run `model` on raw [0, 255] pixels (it carries the source's mean/std)."""
-    images = np.asarray(images, dtype="float32")
-    if keras.backend.backend() == "jax":
-        # One jitted graph compiles faster than eager JAX's per-op compiles.
-        return np.asarray(model.predict_on_batch(images))
-    return keras.ops.convert_to_numpy(model(images, training=False))
+    With torch, TensorFlow and transformers imported, a full collection takes
+    seconds on a loaded machine, which here would cost more than the tests;
+    the models these tests build are tiny.
+    """
+    keras.config.set_dtype_policy("float32")
+    yield
+    keras.config.set_dtype_policy("float32")
+    keras.utils.clear_session(free_memory=False)

@@ -5,7 +5,7 @@ import numpy as np
 import keras
 from keras_vit import cli
 from keras_vit.convert import load_checkpoint
-from tests.convert.conftest import TOLERANCE, fixture_path, max_abs_diff, predict
+from tests.convert.helpers import TOLERANCE, fixture_path, max_abs_diff, predict
 
 
 def test_convert_to_keras_and_weights(tmp_path, capsys):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from keras_vit.convert import from_timm, load_checkpoint, read_npz, read_safetensors, write_safetensors
-from tests.convert.conftest import fixture_path
+from tests.convert.helpers import fixture_path
 
 SOURCE = fixture_path("cls_token", "model.safetensors")
 

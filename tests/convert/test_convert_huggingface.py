@@ -7,7 +7,7 @@ import pytest
 
 from keras_vit import ViTBackbone, ViTClassifier
 from keras_vit.convert import export_huggingface, from_huggingface, load_checkpoint, read_safetensors
-from tests.convert.conftest import TOLERANCE, max_abs_diff, predict
+from tests.convert.helpers import TOLERANCE, max_abs_diff, predict
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -8,7 +8,7 @@ import pytest
 
 from keras_vit import ViTBackbone, ViTClassifier
 from keras_vit.convert import export_timm, from_timm, load_checkpoint, read_safetensors
-from tests.convert.conftest import TOLERANCE, fixture_path, max_abs_diff, predict
+from tests.convert.helpers import TOLERANCE, fixture_path, max_abs_diff, predict
 
 MODEL_FIXTURES = [
     "cls_token",
