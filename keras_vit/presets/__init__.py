@@ -11,7 +11,6 @@ from keras_vit.presets.hub import cache_dir
 from keras_vit.presets.imagenet import decode_predictions, imagenet_classes
 from keras_vit.presets.loader import load_preset, save_to_preset, validate_config
 from keras_vit.presets.registry import PRESETS
-from keras_vit.presets.resample import resample_position_embedding
 
 
 def list(with_head=None):  # noqa: A001 - the public name the issue asks for
@@ -39,5 +38,5 @@ def get(name):
 
 __all__ = [
     "PRESETS", "cache_dir", "decode_predictions", "get", "imagenet_classes", "list", "load_preset",
-    "resample_position_embedding", "save_to_preset", "validate_config",
+    "save_to_preset", "validate_config",
 ]

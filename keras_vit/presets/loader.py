@@ -24,7 +24,6 @@ import numpy as np
 
 from keras_vit.presets import hub
 from keras_vit.presets.registry import PRESETS
-from keras_vit.presets.resample import resample_position_embedding
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -74,10 +73,15 @@ def _hub_files(handle, revision=None, sha256=None, weights_format=None):
         hub.fetch(repo_id, METADATA_FILE, revision)
         hub.fetch(repo_id, WEIGHTS_FILE, revision, sha256=sha256)
         return "keras_vit", os.path.dirname(config_path)
-    weights = hub.fetch(repo_id, _HF_WEIGHTS, revision, sha256=sha256)
+    hub.fetch(repo_id, _HF_WEIGHTS, revision, sha256=sha256)
     if weights_format == "huggingface":
-        return "huggingface", os.path.dirname(config_path)
-    return "timm", weights
+        # Preprocessing (mean / std) of a transformers model lives beside its config; optional.
+        try:
+            hub.fetch(repo_id, "preprocessor_config.json", revision)
+        except FileNotFoundError:
+            pass
+    # Both Hugging Face and timm hub folders (config.json + model.safetensors) load with load_checkpoint.
+    return weights_format, os.path.dirname(config_path)
 
 
 def _sniff_config_format(config_path, where):
@@ -324,15 +328,12 @@ def _load_keras_vit(directory, load_weights, where):
 # === Converted checkpoints ===
 
 
-def _load_converted(path, image_size, where):
-    try:
-        from keras_vit.convert import load_checkpoint
-    except ImportError as error:
-        raise ImportError(
-            f"Loading {where} needs `keras_vit.convert` (timm / Hugging Face / .npz checkpoints), which this "
-            "keras_vit build does not have."
-        ) from error
-    return load_checkpoint(path, image_size=image_size)
+def _load_converted(path, image_size):
+    from keras_vit.convert import load_checkpoint
+
+    # Converters return logits like their sources; presets give probabilities like every
+    # other ViTClassifier (the default `activation`), which `decode_predictions` expects.
+    return load_checkpoint(path, image_size=image_size, activation="softmax")
 
 
 # === Building from the registry ===
@@ -369,6 +370,8 @@ def _copy_backbone_weights(source, target):
                     f"Cannot transfer {variable.path!r}: shape {value.shape} vs {tuple(variable.shape)}."
                 )
             prefix_rows = value.shape[1] - source.grid_size[0] * source.grid_size[1]
+            from keras_vit.convert import resample_position_embedding
+
             value = resample_position_embedding(value, prefix_rows, source.grid_size, target.grid_size)
         variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
 
@@ -464,7 +467,7 @@ def load_preset(handle, target="classifier", image_size=None, num_classes=None, 
         if fmt == "keras_vit":
             model = _load_keras_vit(path, load_weights, where)
         else:
-            model = _load_converted(path, image_size, where)
+            model = _load_converted(path, image_size)
             if entry is not None:
                 _check_against_entry(model, entry, handle, image_size)
             if not load_weights:

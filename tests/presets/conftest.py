@@ -1,0 +1,100 @@
+"""Shared fixtures of the preset tests: tiny models, an isolated cache, a local hub mirror."""
+
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+
+from keras_vit.models.vit_classifier import ViTClassifier
+from keras_vit.presets import hub
+
+TINY = dict(image_size=32, patch_size=8, hidden_dim=24, num_layers=2, num_heads=2, mlp_dim=32)
+
+
+def randomize(model, seed=0):
+    """Give every weight (the zero-initialised head too) distinct random values."""
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        variable.assign(rng.normal(0.0, 0.2, size=variable.shape).astype("float32"))
+    return model
+
+
+def tiny_classifier(num_classes=5, seed=0, **overrides):
+    return randomize(ViTClassifier.from_variant("ViT-Ti/16", **{**TINY, "num_classes": num_classes, **overrides}), seed)
+
+
+def images(count=2, size=32, seed=1):
+    return np.random.default_rng(seed).uniform(0, 255, size=(count, size, size, 3)).astype("float32")
+
+
+def to_numpy(x):
+    return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    """Every test gets its own empty download cache."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KERAS_VIT_CACHE", str(cache))
+    return cache
+
+
+class Mirror:
+    """A local stand-in for the hub: `<root>/<org>/<repo>/<file>`, served through the download seam.
+
+    `fail` can hold an exception to raise instead of serving (network or HTTP
+    failures); `calls` records every `(repo_id, filename, revision)` asked for.
+    """
+
+    def __init__(self, root):
+        self.root = root
+        self.calls = []
+        self.fail = None
+
+    def repo(self, repo_id):
+        path = os.path.join(self.root, *repo_id.split("/"))
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def download(self, repo_id, filename, revision, target_dir):
+        self.calls.append((repo_id, filename, revision))
+        if self.fail is not None:
+            raise self.fail
+        from huggingface_hub.errors import RemoteEntryNotFoundError, RepositoryNotFoundError
+
+        folder = os.path.join(self.root, *repo_id.split("/"))
+        if not os.path.isdir(folder):
+            raise RepositoryNotFoundError("404 Repository Not Found", response=http_response(404, repo_id))
+        source = os.path.join(folder, filename)
+        if not os.path.exists(source):
+            raise RemoteEntryNotFoundError("404 Entry Not Found", response=http_response(404, repo_id, filename))
+        # Same result as hf_hub_download(local_dir=target_dir): the file under target_dir.
+        target = os.path.join(target_dir, filename)
+        shutil.copyfile(source, target)
+        return target
+
+
+def http_response(status, repo_id, filename="config.json"):
+    import httpx2
+
+    url = f"https://huggingface.co/{repo_id}/resolve/main/{filename}"
+    return httpx2.Response(status, request=httpx2.Request("GET", url))
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    served = Mirror(str(tmp_path / "mirror"))
+    monkeypatch.setattr(hub, "_download_file", served.download)
+    return served
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Fail the test if anything tries to download."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"unexpected download: {args}")
+
+    monkeypatch.setattr(hub, "_download_file", refuse)
