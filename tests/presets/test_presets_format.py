@@ -187,3 +187,14 @@ def test_unknown_handle_lists_close_matches():
         keras_vit.ViTClassifier.from_preset("vit_b16_in21k_ft")
     with pytest.raises(ValueError, match="hf://org/repo"):
         keras_vit.ViTClassifier.from_preset("hf://not a repo")
+
+
+def test_preset_saved_on_another_backend_reproduces_timm():
+    """tests/fixtures/presets/timm_cls_token was saved with TensorFlow (make_preset_fixture.py)."""
+    fixtures = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+    model = keras_vit.ViTClassifier.from_preset(os.path.join(fixtures, "presets", "timm_cls_token"))
+    reference = np.load(os.path.join(fixtures, "timm", "cls_token", "reference.npz"), allow_pickle=False)
+    logits = reference["logits"]
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    np.testing.assert_allclose(to_numpy(model(reference["images"].astype("float32"))), probabilities, atol=1e-5)
