@@ -1,14 +1,9 @@
 """Helpers of the preset tests: tiny models with random weights, inputs."""
 
-import os
-import shutil
-
 import keras
 import numpy as np
-import pytest
 
 from keras_vit.models.vit_classifier import ViTClassifier
-from keras_vit.presets import hub
 
 TINY = dict(image_size=32, patch_size=8, hidden_dim=24, num_layers=2, num_heads=2, mlp_dim=32)
 

@@ -74,6 +74,7 @@ def test_timm_checkpoint_through_the_mirror_matches_timm(monkeypatch, mirror, ti
     np.testing.assert_allclose(to_numpy(backbone(x)), reference["features"], atol=1e-5)
 
 
+@pytest.mark.slow  # imports torch and transformers
 def test_huggingface_checkpoint_through_the_mirror_matches_transformers(monkeypatch, mirror):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -97,26 +97,27 @@ def test_list_and_get():
 
 
 @pytest.fixture(scope="module")
-def built_counts():
-    """Build every preset without weights and count; each distinct architecture once.
+def count_preset():
+    """Count a preset's parameters by building it without weights; each distinct architecture once.
 
     Models are built inside `keras.StatelessScope(initialize_variables=False)`,
     where Keras defers variable initialisation: the full architecture (every
     layer and variable shape) is constructed, but no memory is filled, so even
-    ViT-H takes about a second. The never-initialised variables are then
-    dropped from Keras' global state so no later scope initialises them.
+    ViT-H takes seconds. The never-initialised variables are dropped from
+    Keras' global state afterwards so no later scope initialises them.
     """
+    by_architecture = {}
+
     def refuse(*args, **kwargs):
         raise AssertionError(f"unexpected download: {args}")
 
-    original = hub._download_file
-    hub._download_file = refuse
-    counts, by_architecture = {}, {}
-    try:
-        with keras.StatelessScope(initialize_variables=False):
-            for name, entry in sorted(PRESETS.items()):
-                key = (entry["variant"], entry["image_size"], entry["num_classes"])
-                if key not in by_architecture:
+    def count(name):
+        entry = PRESETS[name]
+        key = (entry["variant"], entry["image_size"], entry["num_classes"])
+        if key not in by_architecture:
+            original, hub._download_file = hub._download_file, refuse
+            try:
+                with keras.StatelessScope(initialize_variables=False):
                     if entry["num_classes"] is None:
                         model = keras_vit.ViTBackbone.from_preset(name, load_weights=False)
                         assert isinstance(model, keras_vit.ViTBackbone)
@@ -125,13 +126,20 @@ def built_counts():
                         assert model.num_classes == entry["num_classes"]
                     assert tuple(model.input_shape[1:]) == (entry["image_size"], entry["image_size"], 3)
                     by_architecture[key] = model.count_params()
-                counts[name] = by_architecture[key]
-    finally:
-        hub._download_file = original
-        keras.utils.clear_session(free_memory=False)
-    return counts
+            finally:
+                hub._download_file = original
+        return by_architecture[key]
+
+    yield count
+    keras.utils.clear_session(free_memory=False)
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
-def test_parameter_count_by_building_without_weights(name, built_counts):
-    assert built_counts[name] == PRESETS[name]["params"]
+def _marked(name):
+    # L and H models have 24 and 32 blocks: building them is the slow part of this file.
+    slow = _parse(PRESETS[name])[0] in ("L", "H")
+    return pytest.param(name, marks=pytest.mark.slow) if slow else name
+
+
+@pytest.mark.parametrize("name", [_marked(name) for name in sorted(PRESETS)])
+def test_parameter_count_by_building_without_weights(name, count_preset):
+    assert count_preset(name) == PRESETS[name]["params"]
