@@ -1,0 +1,37 @@
+"""Shared helpers for the checkpoint-interop tests."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "timm")
+TOLERANCE = 1e-4  # max abs difference, float32
+
+
+def fixture_path(*parts):
+    return os.path.join(FIXTURES, *parts)
+
+
+@pytest.fixture(scope="session")
+def manifest():
+    with open(fixture_path("MANIFEST.json")) as handle:
+        return json.load(handle)
+
+
+def max_abs_diff(actual, expected):
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    return float(np.max(np.abs(actual - expected)))
+
+
+def predict(model, images):
+    """Run `model` on raw [0, 255] pixels (it carries the source's mean/std)."""
+    images = np.asarray(images, dtype="float32")
+    if keras.backend.backend() == "jax":
+        # One jitted graph compiles faster than eager JAX's per-op compiles.
+        return np.asarray(model.predict_on_batch(images))
+    return keras.ops.convert_to_numpy(model(images, training=False))
