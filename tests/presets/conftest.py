@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from keras_vit.presets import hub
+from tests.presets.preset_helpers import http_response
 
 
 @pytest.fixture(autouse=True)
@@ -49,13 +50,6 @@ class Mirror:
         target = os.path.join(target_dir, filename)
         shutil.copyfile(source, target)
         return target
-
-
-def http_response(status, repo_id, filename="config.json"):
-    import httpx2
-
-    url = f"https://huggingface.co/{repo_id}/resolve/main/{filename}"
-    return httpx2.Response(status, request=httpx2.Request("GET", url))
 
 
 @pytest.fixture

@@ -26,3 +26,10 @@ def images(count=2, size=32, seed=1):
 
 def to_numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def http_response(status, repo_id, filename="config.json"):
+    import httpx2
+
+    url = f"https://huggingface.co/{repo_id}/resolve/main/{filename}"
+    return httpx2.Response(status, request=httpx2.Request("GET", url))

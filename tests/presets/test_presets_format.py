@@ -11,7 +11,7 @@ import pytest
 import keras_vit
 from keras_vit.convert import resample_position_embedding
 from keras_vit.presets import loader
-from preset_helpers import images, tiny_classifier, to_numpy
+from tests.presets.preset_helpers import images, tiny_classifier, to_numpy
 
 
 def test_classifier_round_trip_is_exact(tmp_path):
@@ -126,10 +126,11 @@ def test_registry_preset_without_weights_downloads_nothing(no_network):
 @pytest.fixture
 def saved(tmp_path, monkeypatch):
     tiny_classifier().save_to_preset(tmp_path / "preset")
+    path = tmp_path / "preset" / "config.json"
+    original = path.read_text()
 
     def edit(change):
-        path = tmp_path / "preset" / "config.json"
-        document = json.loads(path.read_text())
+        document = json.loads(original)  # each change starts from the valid file
         change(document)
         path.write_text(json.dumps(document))
         return str(tmp_path / "preset")
@@ -141,7 +142,7 @@ def saved(tmp_path, monkeypatch):
     return edit
 
 
-@pytest.mark.parametrize("change, message", [
+INVALID_CONFIGS = [
     (lambda d: d.update(class_name="Lambda"), r"`class_name` must be one of \['ViTBackbone', 'ViTClassifier'\]"),
     (lambda d: d.update(format_version=99), "unsupported keras_vit preset format_version 99"),
     (lambda d: d["config"].update(num_classes=-1), "`num_classes` must be a positive int"),
@@ -151,10 +152,13 @@ def saved(tmp_path, monkeypatch):
     (lambda d: d["config"]["backbone"]["config"].update(dropout=1.5), "`dropout` must be a number in"),
     (lambda d: d["config"]["backbone"].update(class_name="Sequential"), "`backbone` must be a serialized ViTBackbone"),
     (lambda d: d["config"]["backbone"]["config"].update(position_embedding="rope"), "`position_embedding` must be"),
-])
-def test_invalid_config_is_rejected_before_building(saved, change, message):
-    with pytest.raises(ValueError, match=message):
-        keras_vit.ViTClassifier.from_preset(saved(change))
+]
+
+
+def test_invalid_config_is_rejected_before_building(saved):
+    for change, message in INVALID_CONFIGS:
+        with pytest.raises(ValueError, match=message):
+            keras_vit.ViTClassifier.from_preset(saved(change))
 
 
 def test_damaged_files_get_clear_errors(tmp_path):

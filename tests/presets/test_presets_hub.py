@@ -13,8 +13,7 @@ import pytest
 import keras_vit
 from keras_vit.presets import hub
 from keras_vit.presets.registry import PRESETS
-from conftest import http_response
-from preset_helpers import images, tiny_classifier, to_numpy
+from tests.presets.preset_helpers import http_response, images, tiny_classifier, to_numpy
 
 TIMM_FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "timm", "cls_token")
 
@@ -150,7 +149,7 @@ def _hub_error(name, status):
     return getattr(errors, name)(f"{status} Client Error", response=http_response(status, "timm/x"))
 
 
-@pytest.mark.parametrize("failure, kind, message", [
+DOWNLOAD_FAILURES = [
     (lambda: __import__("httpx2").ConnectError("[Errno 101] Network is unreachable"), ConnectionError,
      "Could not reach the Hugging Face hub to download 'config.json' of https://huggingface.co/timm/x"),
     (lambda: __import__("huggingface_hub").errors.LocalEntryNotFoundError("connection error"), ConnectionError,
@@ -160,11 +159,14 @@ def _hub_error(name, status):
     (lambda: _hub_error("HfHubHTTPError", 403), PermissionError, r"HTTP 403"),
     (lambda: _hub_error("GatedRepoError", 403), PermissionError, r"restricted \(HTTP 403: gated repository\)"),
     (lambda: _hub_error("HfHubHTTPError", 503), ConnectionError, "answered HTTP 503"),
-])
-def test_download_failures_say_what_to_do(mirror, failure, kind, message):
-    mirror.fail = failure()
-    with pytest.raises(kind, match=message):
-        keras_vit.ViTClassifier.from_preset("hf://timm/x")
+]
+
+
+def test_download_failures_say_what_to_do(mirror):
+    for failure, kind, message in DOWNLOAD_FAILURES:
+        mirror.fail = failure()
+        with pytest.raises(kind, match=message):
+            keras_vit.ViTClassifier.from_preset("hf://timm/x")
 
 
 def test_missing_file_and_missing_repo(mirror):

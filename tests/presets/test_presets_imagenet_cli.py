@@ -6,7 +6,7 @@ import pytest
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.presets import imagenet_classes
-from preset_helpers import tiny_classifier
+from tests.presets.preset_helpers import tiny_classifier
 
 # Well-known ImageNet-1k indices (the order of every 1000-class ViT head), from the ILSVRC-2012 devkit order.
 KNOWN = {0: ("n01440764", "tench"), 1: ("n01443537", "goldfish"), 207: ("n02099601", "golden retriever"),
