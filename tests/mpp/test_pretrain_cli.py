@@ -31,11 +31,18 @@ def test_pretrain_then_fine_tune_from_it(tmp_path, few_digits, capsys):
     path = str(tmp_path / "pretrained.keras")
     assert cli.main(["pretrain", "--epochs", "1", "--batch-size", "16", "--save", path]) == 0
     output = capsys.readouterr().out
-    assert "Held-out masked patches: accuracy" in output
+    assert "Held-out masked patches: accuracy" in output and "loss" in output
 
     predictor = keras.saving.load_model(path)
     assert isinstance(predictor, keras_vit.MaskedPatchPredictor)
     assert predictor.backbone.hidden_dim == 16 and predictor.num_classes == 8  # grayscale, 3 bits
+    # `fit(images)` trained the backbone: it left the seed-0 initialisation.
+    untrained = keras_vit.pretraining.build_digits_predictor(seed=0)
+    moved = [
+        np.abs(ops.convert_to_numpy(a) - ops.convert_to_numpy(b)).max()
+        for a, b in zip(untrained.backbone.trainable_weights, predictor.backbone.trainable_weights)
+    ]
+    assert min(moved) > 0
 
     saved_model = str(tmp_path / "classifier.keras")
     assert cli.main(["train", "--init-from", path, "--epochs", "1", "--batch-size", "16", "--save", saved_model]) == 0
