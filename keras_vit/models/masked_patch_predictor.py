@@ -1,6 +1,7 @@
 """Masked patch prediction: the ViT paper's self-supervised pre-training."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit.layers.patch_corruption import KEEP, PatchCorruption
@@ -28,8 +29,9 @@ class MaskedPatchPredictor(keras.Model):
       `2 ** (color_bits * num_channels)` (512 for RGB at 3 bits);
     - `"mean_color_4x4"`: the patch downsized to 4x4 by averaging, each cell
       quantised the same way (16 predictions of 512 classes for RGB);
-    - `"pixels"`: L2 regression on the full patch, normalised by the
-      backbone's own preprocessing (what the encoder sees).
+    - `"pixels"`: L2 regression on the full patch, normalised as the
+      backbone's preprocessing does (`(x * pixel_scale - pixel_mean) /
+      pixel_std`, what the encoder sees), in float32.
 
     Colour quantisation: pixels are mapped to [0, 1] with the backbone's
     `pixel_scale` (for the default `1 / 255`, 8-bit pixels), clipped to
@@ -38,6 +40,10 @@ class MaskedPatchPredictor(keras.Model):
     bins read as digits in base `2 ** color_bits`, first channel most
     significant (`class = (r * 8 + g) * 8 + b` for RGB at 3 bits). The
     patch split is the backbone's own `patches` layer.
+
+    The corruption is applied whenever the model is called (`fit`,
+    `evaluate` and `predict` alike), so `evaluate` on held-out images
+    measures the pretext task there; dropout follows `training`.
 
     The loss (cross-entropy, or mean squared error for `"pixels"`) is
     averaged over corrupted patches only; uncorrupted patches carry no loss.
@@ -198,14 +204,20 @@ class MaskedPatchPredictor(keras.Model):
         """
         backbone = self.backbone
         patches_layer = backbone.get_layer("patches")
-        if self.target == "pixels":
-            normalised = backbone.get_layer("preprocessing")(images)
-            return ops.cast(patches_layer(normalised), "float32")
         images = ops.cast(images, "float32")
-        unit = ops.clip(images * float(backbone.pixel_scale), 0.0, 1.0)  # pixels in [0, 1]
-        patches = patches_layer(unit)  # (B, N, Ph*Pw*C), flattened (row, col, channel)
-        patch_h, patch_w = patches_layer.patch_size
         channels = images.shape[-1]
+        if self.target == "pixels":
+            # The backbone's normalisation, (x * scale - mean) / std per channel,
+            # from its public config so the targets stay float32 under mixed precision.
+            mean = ops.convert_to_tensor(_per_channel(backbone.pixel_mean, channels))
+            std = ops.convert_to_tensor(_per_channel(backbone.pixel_std, channels))
+            normalised = (images * float(backbone.pixel_scale) - mean) / std
+            return patches_layer.call(normalised)
+        unit = ops.clip(images * float(backbone.pixel_scale), 0.0, 1.0)  # pixels in [0, 1]
+        # `call` rather than `__call__`: the patch split without the layer's
+        # autocast, so colours are averaged in float32 under mixed precision too.
+        patches = patches_layer.call(unit)  # (B, N, Ph*Pw*C), flattened (row, col, channel)
+        patch_h, patch_w = patches_layer.patch_size
         if self.target == "mean_color":
             colours = ops.mean(ops.reshape(patches, (-1, self.num_patches, patch_h * patch_w, channels)), axis=2)
         else:
@@ -303,3 +315,8 @@ class MaskedPatchPredictor(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+
+def _per_channel(value, channels):
+    values = [float(value)] if np.isscalar(value) else [float(v) for v in value]
+    return [values[0]] * channels if len(values) == 1 else values
