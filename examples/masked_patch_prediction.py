@@ -16,6 +16,7 @@ Run from the repository root on any backend (a few minutes on a CPU):
 One seed is noisy; `benchmarks/mpp_digits.py` repeats this over seeds.
 """
 
+import argparse
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -45,6 +46,10 @@ def fine_tune(backbone, train, test, epochs=100):
 
 
 def main():
+    parser = argparse.ArgumentParser(description="Masked patch prediction on digits, then fine-tuning.")
+    parser.add_argument("--pretrain-epochs", type=int, default=60, help="default: 60")
+    parser.add_argument("--finetune-epochs", type=int, default=100, help="default: 100")
+    args = parser.parse_args()
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed=SEED)
     rng = np.random.default_rng(SEED)
     labelled = np.sort(rng.choice(len(x_train), size=int(LABEL_FRACTION * len(x_train)), replace=False))
@@ -58,20 +63,20 @@ def main():
     predictor = keras_vit.MaskedPatchPredictor(
         backbone, corruption_rate=0.5, mask_rate=0.8, random_rate=0.1, target="mean_color", seed=SEED
     )
-    epochs = 60
+    epochs = args.pretrain_epochs
     predictor.compile(optimizer=build_optimizer(1e-3, 0.05, epochs * int(np.ceil(len(x_train) / 64))))
     predictor.fit(x_train, epochs=epochs, batch_size=64, verbose=0)
     pretext = predictor.evaluate(x_test, verbose=0, return_dict=True)
     print(f"Masked patch prediction on held-out digits: {pretext['accuracy']:.1%} of corrupted patches' "
           f"mean colours right ({predictor.num_classes} classes).")
-    predictor.save("mpp_digits_example.keras")  # reload with keras.saving.load_model
+    # predictor.save("mpp_digits.keras") keeps it; keras.saving.load_model reads it back.
 
     # 2. Fine-tune the pre-trained backbone on the labelled subset.
-    pretrained_accuracy = fine_tune(predictor.backbone, train, (x_test, y_test))
+    pretrained_accuracy = fine_tune(predictor.backbone, train, (x_test, y_test), args.finetune_epochs)
 
     # 3. The same ViT from scratch on the same subset.
     keras.utils.set_random_seed(SEED)
-    scratch_accuracy = fine_tune(keras_vit.ViTBackbone(**BACKBONE), train, (x_test, y_test))
+    scratch_accuracy = fine_tune(keras_vit.ViTBackbone(**BACKBONE), train, (x_test, y_test), args.finetune_epochs)
 
     print(f"Held-out accuracy with {len(labelled)} labels: from scratch {scratch_accuracy:.1%}, "
           f"after masked patch prediction {pretrained_accuracy:.1%}.")
