@@ -106,6 +106,24 @@ def test_targets_match_numpy(target, patch_size, num_channels, bits):
         assert (got[1, 0] if target == "mean_color" else got[1, 0, 0]) == 0
 
 
+@pytest.mark.parametrize("target", ["mean_color", "pixels"])
+def test_targets_stay_float32_under_mixed_precision(target):
+    images = _images()
+    expected = reference_targets(images, 2, target)
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        predictor = keras_vit.MaskedPatchPredictor(_backbone(), target=target, seed=0)
+        got = ops.convert_to_numpy(predictor.compute_targets(images))
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    if target == "pixels":
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, expected, atol=1e-5)  # bfloat16 would be off by ~1e-2
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
 def _random_plan(batch, num_patches, rng):
     """A corruption plan drawn in numpy: half of each image's patches corrupted."""
     mode = np.zeros((batch, num_patches), "int32")
@@ -192,7 +210,6 @@ def test_save_load_then_classifier_from_its_backbone(tmp_path):
     # Training with `fit` is covered by tests/mpp/test_pretrain_cli.py.
     keras.utils.set_random_seed(0)
     predictor = keras_vit.MaskedPatchPredictor(_backbone(), seed=3)
-    predictor.compile(optimizer=keras.optimizers.Adam(1e-3))
     images = _images()
     predictor(images)  # advance the seed generator, as training would
 
