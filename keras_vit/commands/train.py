@@ -23,6 +23,12 @@ def add_arguments(parser):
         "TensorFlow MirroredStrategy; TPUStrategy when TPU_NAME is set), 'model' also splits the "
         "weights over the devices of a host (JAX only). Default: one device",
     )
+    parser.add_argument(
+        "--init-from", default=None, metavar="PRETRAINED",
+        help="fine-tune the backbone of this .keras file (from `keras-vit pretrain`, or a saved "
+        "ViTClassifier or ViTBackbone) instead of starting from random weights; use the same --seed "
+        "as the pre-training so its unlabeled images exclude the held-out digits",
+    )
 
 
 def run(args):
@@ -56,6 +62,21 @@ def _run(args, distribution=None):
 
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed=args.seed)
     image_size = args.image_size or (DIGITS_MODEL["image_size"] if args.variant is None else 32)
+    pretrained = None
+    if getattr(args, "init_from", None):
+        from keras_vit.pretraining import load_pretrained_backbone
+
+        if args.variant is not None:
+            print("error: --init-from takes its architecture from the file; drop --variant.")
+            return 2
+        pretrained = load_pretrained_backbone(args.init_from)
+        height, width, channels = pretrained.input_shape[1:]
+        if height != width or channels != 1 or (args.image_size and args.image_size != height):
+            print(f"error: the pre-trained backbone takes {height}x{width}x{channels} images, but the "
+                  f"digits are square and grayscale{f' at {args.image_size}' if args.image_size else ''}. "
+                  "Pre-train on digits with `keras-vit pretrain`.")
+            return 2
+        image_size = height
     if image_size != 8:
         x_train = np.asarray(keras.ops.image.resize(x_train, (image_size, image_size)))
         x_test = np.asarray(keras.ops.image.resize(x_test, (image_size, image_size)))
@@ -69,7 +90,13 @@ def _run(args, distribution=None):
             return 2
         x_train, y_train = x_train[: len(x_train) // shards * shards], y_train[: len(y_train) // shards * shards]
         x_test, y_test = x_test[: len(x_test) // shards * shards], y_test[: len(y_test) // shards * shards]
-    if args.variant is None:
+    if pretrained is not None:
+        from keras_vit.models.vit_classifier import ViTClassifier
+
+        keras.utils.set_random_seed(args.seed)
+        model = ViTClassifier(backbone=pretrained, num_classes=10)
+        print(f"Fine-tuning the pre-trained backbone of {args.init_from}.")
+    elif args.variant is None:
         model = build_digits_classifier(seed=args.seed, image_size=image_size)
     else:
         from keras_vit.models.vit_classifier import ViTClassifier

@@ -9,3 +9,4 @@ from keras_vit.layers.patch_encoder import PatchEncoder
 from keras_vit.layers.patches import Patches
 from keras_vit.layers.transformer_block import TransformerBlock
 from keras_vit.layers.token_pooling import TokenPooling
+from keras_vit.layers.patch_corruption import PatchCorruption
