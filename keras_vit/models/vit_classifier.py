@@ -137,6 +137,14 @@ class ViTClassifier(keras.Model):
             metrics = ["accuracy"]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
+    def compile_from_config(self, config):
+        # Keras does not re-compile a loaded model whose `compile` is
+        # overridden; ours takes the standard arguments, so restore it here
+        # and a loaded model resumes training with its optimizer state.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
     def get_config(self):
         return {
             "backbone": keras.saving.serialize_keras_object(self.backbone),
