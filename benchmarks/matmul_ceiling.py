@@ -1,8 +1,9 @@
 """Measure this machine's float32 matrix-multiply rate: the ceiling for GFLOP/s.
 
-Times square float32 matmuls with torch and numpy at the given thread count
-and prints one `BENCH_RESULT {json}` line with the best rate of each.
-Runs in either environment.
+Times square float32 matmuls with numpy, torch and jax (whichever the
+environment has) at the given thread count and prints one `BENCH_RESULT
+{json}` line with the best rate of each. jax's thread pool follows XLA_FLAGS,
+which `run.py` sets.
 """
 
 import argparse
@@ -48,6 +49,18 @@ def main(argv=None):
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
         result["torch_gflops"] = best_rate(torch.mm, ta, tb, n, args.repeats)
         result["torch_version"] = torch.__version__
+    try:
+        # XLA's CPU matmul (jax) uses other kernels than torch's BLAS; the
+        # ceiling is the best any of them reaches on this machine.
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        jax = None
+    if jax is not None:
+        ja, jb = jnp.asarray(a), jnp.asarray(b)
+        jit_matmul = jax.jit(jnp.matmul)
+        result["jax_gflops"] = best_rate(lambda x, y: jit_matmul(x, y).block_until_ready(), ja, jb, n, args.repeats)
+        result["jax_version"] = jax.__version__
     result["gflops"] = max(v for k, v in result.items() if k.endswith("_gflops"))
     result["load_after"] = common.load_average()
     common.emit(result)

@@ -187,7 +187,8 @@ def report(summary):
     lines.append("")
     lines.append("keras_vit / reference (forward vs the faster of timm and hf; train vs timm and vs the best; "
                  "memory = peak RSS vs timm, and model part (peak - after import) vs timm):")
-    header = f"{'variant':10} {'backend':11} {'forward':>8} {'train/timm':>10} {'train/best':>10} {'RSS':>6} {'RSS(model)':>10}"
+    header = (f"{'variant':10} {'backend':11} {'forward':>8} {'train/timm':>10} {'train/best':>10} {'RSS':>6} "
+              f"{'RSS(model)':>10} {'fwd/CPU-s':>9} {'train/CPU-s':>11}")
     lines.append(header)
     lines.append("-" * len(header))
     for variant, per_backend in ratios.items():
@@ -203,9 +204,10 @@ def report(summary):
             t = TARGETS.get(backend, {})
             lines.append(f"{variant:10} {backend:11} {cell('forward', t.get('forward')):>8} "
                          f"{cell('train_vs_timm', t.get('train')):>10} {cell('train_vs_best'):>10} "
-                         f"{cell('rss_vs_timm', TARGETS['memory']):>6} {cell('rss_model_vs_timm'):>10}")
+                         f"{cell('rss_vs_timm', TARGETS['memory']):>6} {cell('rss_model_vs_timm'):>10} "
+                         f"{cell('forward_cpu'):>9} {cell('train_cpu'):>11}")
     lines.append("('!' marks a missed ViT-S/16 target: torch fwd>=1.0 train>=0.9, jax fwd/train>=1.0, "
-                 "tensorflow>=0.8, RSS<=1.2)")
+                 "tensorflow>=0.8, RSS<=1.2; /CPU-s columns: images per CPU-second vs the best reference)")
     text = "\n".join(lines)
     print(text)
     return ratios, text
@@ -218,6 +220,12 @@ def variant_ratios(frameworks):
             return None
         return r[mode]["images_per_s"]
 
+    def cpu_rate(name, mode):
+        r = frameworks.get(name)
+        if not r or "error" in r or mode not in r:
+            return None
+        return r[mode].get("images_per_cpu_s")
+
     out = {}
     for backend in KERAS_BACKENDS:
         name = f"keras_vit[{backend}]"
@@ -229,6 +237,12 @@ def variant_ratios(frameworks):
         refs_train = [v for v in (rate(ref, "train") for ref in REFERENCES) if v]
         if rate(name, "forward") and refs_fwd:
             entry["forward"] = rate(name, "forward") / max(refs_fwd)
+        # Same ratios per CPU-second (all threads): less sensitive to other
+        # processes taking the cores on a shared machine.
+        for mode in ("forward", "train"):
+            mine, refs = cpu_rate(name, mode), [v for v in (cpu_rate(ref, mode) for ref in REFERENCES) if v]
+            if mine and refs:
+                entry[f"{mode}_cpu"] = mine / max(refs)
         if rate(name, "train") and rate("timm", "train"):
             entry["train_vs_timm"] = rate(name, "train") / rate("timm", "train")
         if rate(name, "train") and refs_train:
@@ -259,7 +273,16 @@ def main(argv=None):
                         help="keras_vit's compile(jit_compile=...) on jax and tensorflow ('true' = XLA); "
                              "torch always runs eagerly.")
     parser.add_argument("--output-dir", default=os.path.join(HERE, "results"))
+    parser.add_argument("--report", metavar="JSON", help="Only print the tables of an earlier (or partial) run.")
     args = parser.parse_args(argv)
+    if args.report:
+        with open(args.report) as f:
+            summary = json.load(f)
+        if "results" not in summary:  # a partial run: pool what it has
+            summary["results"] = {v: {f: pool(rs) for f, rs in per.items() if rs}
+                                  for v, per in summary["raw"].items()}
+        report(summary)
+        return 0
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
@@ -311,6 +334,9 @@ def main(argv=None):
                     )
                     print(f"[{time.perf_counter() - started:6.0f}s] {variant} {framework} round {round_index + 1}: "
                           f"{status} (load {common.load_average():.1f})", flush=True)
+            # Keep what is done so far if the run is cut short.
+            with open(os.path.join(args.output_dir, f"bench-{stamp}.partial.json"), "w") as f:
+                json.dump({**summary, "raw": raw}, f, indent=1)
     summary["results"] = {v: {f: pool(rs) for f, rs in per.items()} for v, per in raw.items()}
     summary["raw"] = raw
     summary["wall_seconds"] = time.perf_counter() - started
@@ -320,6 +346,9 @@ def main(argv=None):
     for target in (path, os.path.join(args.output_dir, "latest.json")):
         with open(target, "w") as f:
             json.dump(summary, f, indent=1)
+    partial = os.path.join(args.output_dir, f"bench-{stamp}.partial.json")
+    if os.path.exists(partial):
+        os.remove(partial)
     print(f"\nwrote {path} (worker logs: {log_path}); {summary['wall_seconds']:.0f} s")
     return 0
 
