@@ -7,7 +7,7 @@ REF_VENV := .venv-ref
 REF_STAMP := $(REF_VENV)/.installed
 BACKENDS := tensorflow jax torch
 
-.PHONY: demo test test-tensorflow test-jax test-torch install reference-env clean
+.PHONY: demo test test-tensorflow test-jax test-torch install reference-env bench clean
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ $(REF_STAMP): requirements/reference.txt
 	touch $@
 
 reference-env: $(REF_STAMP)
+
+# keras_vit on torch, jax and tensorflow against timm and Hugging Face ViT (CPU, ~15 min on 2 cores):
+# images/s forward and per training step, peak memory, GFLOP/s vs the matmul ceiling.
+# Prints a ratio table and writes benchmarks/results/*.json. BENCH_ARGS="--rounds 2" etc. passes options.
+bench: $(STAMP) $(REF_STAMP)
+	$(PY) benchmarks/run.py --python $(PY) --ref-python $(REF_VENV)/bin/python $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(REF_VENV) build *.egg-info

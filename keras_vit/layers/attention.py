@@ -95,8 +95,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.built = True
 
     def _split_heads(self, inputs):
-        qkv = self.qkv(inputs)  # (B, T, 3 * D)
-        tokens = ops.shape(qkv)[1]
+        tokens = ops.shape(inputs)[1]
+        # The projections run on a 2-D (B * T, D) view: XLA's CPU backend
+        # differentiates a rank-3 matmul through a much slower kernel (the
+        # kernel gradient contracts two axes); the reshapes cost nothing.
+        qkv = self.qkv(ops.reshape(inputs, (-1, self.hidden_dim)))  # (B * T, 3 * D)
         qkv = ops.reshape(qkv, (-1, tokens, 3, self.num_heads, self.head_dim))  # (B, T, 3, H, Dh)
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, H, Dh)
 
@@ -117,8 +120,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         else:
             context = ops.dot_product_attention(query, key, value, scale=self.scale)  # (B, T, H, Dh)
         tokens = ops.shape(context)[1]
-        context = ops.reshape(context, (-1, tokens, self.hidden_dim))  # (B, T, D)
-        outputs = self.output_dropout_layer(self.output_projection(context), training=training)
+        context = ops.reshape(context, (-1, self.hidden_dim))  # (B * T, D)
+        outputs = ops.reshape(self.output_projection(context), (-1, tokens, self.hidden_dim))  # (B, T, D)
+        outputs = self.output_dropout_layer(outputs, training=training)
         if return_attention_scores:
             return outputs, scores
         return outputs

@@ -1,6 +1,7 @@
 """The Transformer's two-layer feed-forward block."""
 
 import keras
+from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -51,9 +52,15 @@ class MLP(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
-        x = keras.activations.gelu(self.fc1(inputs), approximate=False)
+        # Both matmuls run on a 2-D (tokens, width) view: XLA's CPU backend
+        # differentiates a rank-3 matmul through a much slower kernel (the
+        # kernel gradient contracts two axes), and the reshapes are free.
+        leading_shape = tuple(ops.shape(inputs)[:-1])
+        x = ops.reshape(inputs, (-1, inputs.shape[-1]))
+        x = keras.activations.gelu(self.fc1(x), approximate=False)
         x = self.dropout1(x, training=training)
-        return self.dropout2(self.fc2(x), training=training)
+        x = self.dropout2(self.fc2(x), training=training)
+        return ops.reshape(x, leading_shape + (inputs.shape[-1],))
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -1,0 +1,117 @@
+"""Time keras_vit's forward pass and training step on one Keras backend.
+
+Run by `benchmarks/run.py` in its own process (KERAS_BACKEND is set before
+Keras is imported); prints one `BENCH_RESULT {json}` line.
+
+    KERAS_BACKEND=jax PYTHONPATH=. .venv/bin/python benchmarks/keras_worker.py --variant ViT-S/16
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import common  # noqa: E402
+
+
+def set_threads(backend, threads):
+    if backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(1)
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    # jax: the driver sets XLA_FLAGS before the process starts.
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    common.add_common_arguments(parser)
+    parser.add_argument(
+        "--jit-compile",
+        default="auto",
+        choices=("auto", "true", "false"),
+        help="model.compile(jit_compile=...): XLA on jax/tensorflow.",
+    )
+    args = parser.parse_args(argv)
+    jit_compile = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+
+    start = time.perf_counter()
+    import keras
+    import numpy as np
+
+    backend = keras.backend.backend()
+    set_threads(backend, args.threads)
+    from keras_vit.models import ViTClassifier
+
+    import_seconds = time.perf_counter() - start
+    rss_after_import = common.current_rss_mib()
+
+    # No keras.utils.set_random_seed: it imports TensorFlow to seed it too,
+    # which would add ~400 MiB to every backend's peak memory.
+    model = ViTClassifier.from_variant(args.variant, num_classes=common.NUM_CLASSES, activation=None)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[],
+        jit_compile=jit_compile,
+    )
+    rng = np.random.default_rng(0)
+    result = {
+        "framework": f"keras_vit[{backend}]",
+        "backend": backend,
+        "variant": args.variant,
+        "threads": args.threads,
+        "jit_compile": str(model.jit_compile),
+        "keras_version": keras.__version__,
+        "num_params": int(model.count_params()),
+        "import_seconds": import_seconds,
+        "rss_after_import_mib": rss_after_import,
+        "load_before": common.load_average(),
+    }
+    if backend == "torch":
+        import torch
+
+        result["torch_version"] = torch.__version__
+    elif backend == "jax":
+        import jax
+
+        result["jax_version"] = jax.__version__
+    else:
+        import tensorflow as tf
+
+        result["tensorflow_version"] = tf.__version__
+
+    if not args.skip_forward:
+        images = rng.uniform(0, 255, (args.forward_batch, common.IMAGE_SIZE, common.IMAGE_SIZE, 3)).astype("float32")
+        first = time.perf_counter()
+        model.predict_on_batch(images)
+        result["forward_first_call_seconds"] = time.perf_counter() - first
+        times = common.time_calls(lambda: model.predict_on_batch(images), args.warmup, args.repeats)
+        result["forward"] = {"batch": args.forward_batch, **common.summarize(times, args.forward_batch)}
+        result["forward"]["peak_rss_mib"] = common.peak_rss_mib()
+
+    if not args.skip_train:
+        images = rng.uniform(0, 255, (args.train_batch, common.IMAGE_SIZE, common.IMAGE_SIZE, 3)).astype("float32")
+        labels = rng.integers(0, common.NUM_CLASSES, (args.train_batch,)).astype("int32")
+        first = time.perf_counter()
+        model.train_on_batch(images, labels)
+        result["train_first_call_seconds"] = time.perf_counter() - first
+        times = common.time_calls(lambda: model.train_on_batch(images, labels), args.warmup, args.repeats)
+        result["train"] = {"batch": args.train_batch, **common.summarize(times, args.train_batch)}
+        result["train"]["peak_rss_mib"] = common.peak_rss_mib()
+
+    result["peak_rss_mib"] = common.peak_rss_mib()
+    result["load_after"] = common.load_average()
+    common.emit(result)
+
+
+if __name__ == "__main__":
+    main()

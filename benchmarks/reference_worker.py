@@ -1,0 +1,125 @@
+"""Time timm's or Hugging Face's ViT (forward and training step) on CPU torch.
+
+Runs in the reference environment (`.venv-ref`, which has timm); prints one
+`BENCH_RESULT {json}` line. Models are built from their configs with random
+weights (no download). The training step is the usual hand-written loop:
+zero_grad, forward, cross-entropy, backward, AdamW step.
+
+    .venv-ref/bin/python benchmarks/reference_worker.py --impl timm --variant ViT-S/16
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+
+
+def build(impl, variant):
+    cfg = common.SIZES[common.size_of(variant)]
+    if impl == "timm":
+        import timm
+
+        return timm.create_model(common.TIMM_NAMES[common.size_of(variant)], pretrained=False,
+                                 num_classes=common.NUM_CLASSES)
+    from transformers import ViTConfig, ViTForImageClassification
+
+    config = ViTConfig(
+        hidden_size=cfg["hidden_dim"],
+        num_hidden_layers=cfg["num_layers"],
+        num_attention_heads=cfg["num_heads"],
+        intermediate_size=cfg["mlp_dim"],
+        image_size=common.IMAGE_SIZE,
+        patch_size=common.PATCH_SIZE,
+        num_labels=common.NUM_CLASSES,
+        layer_norm_eps=1e-6,
+        attn_implementation="sdpa",
+    )
+    # ViTForImageClassification is ViTModel plus a linear head on the class token.
+    return ViTForImageClassification(config)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    common.add_common_arguments(parser)
+    parser.add_argument("--impl", choices=("timm", "hf"), required=True)
+    args = parser.parse_args(argv)
+
+    start = time.perf_counter()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    import_seconds = time.perf_counter() - start
+    rss_after_import = common.current_rss_mib()
+
+    torch.manual_seed(0)
+    model = build(args.impl, args.variant)
+    if args.impl == "hf":
+        import transformers
+
+        version = transformers.__version__
+        call = lambda x: model(pixel_values=x).logits  # noqa: E731
+    else:
+        import timm
+
+        version = timm.__version__
+        call = model
+    result = {
+        "framework": args.impl,
+        "variant": args.variant,
+        "threads": args.threads,
+        "version": version,
+        "torch_version": torch.__version__,
+        "num_params": sum(p.numel() for p in model.parameters()),
+        "import_seconds": import_seconds,
+        "rss_after_import_mib": rss_after_import,
+        "load_before": common.load_average(),
+    }
+
+    if not args.skip_forward:
+        model.eval()
+        images = torch.randn(args.forward_batch, 3, common.IMAGE_SIZE, common.IMAGE_SIZE)
+
+        def forward():
+            with torch.inference_mode():
+                call(images)
+
+        first = time.perf_counter()
+        forward()
+        result["forward_first_call_seconds"] = time.perf_counter() - first
+        times = common.time_calls(forward, args.warmup, args.repeats)
+        result["forward"] = {"batch": args.forward_batch, **common.summarize(times, args.forward_batch)}
+        result["forward"]["peak_rss_mib"] = common.peak_rss_mib()
+
+    if not args.skip_train:
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        images = torch.randn(args.train_batch, 3, common.IMAGE_SIZE, common.IMAGE_SIZE)
+        labels = torch.randint(0, common.NUM_CLASSES, (args.train_batch,))
+
+        def train_step():
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(call(images), labels)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+
+        first = time.perf_counter()
+        train_step()
+        result["train_first_call_seconds"] = time.perf_counter() - first
+        times = common.time_calls(train_step, args.warmup, args.repeats)
+        result["train"] = {"batch": args.train_batch, **common.summarize(times, args.train_batch)}
+        result["train"]["peak_rss_mib"] = common.peak_rss_mib()
+
+    result["peak_rss_mib"] = common.peak_rss_mib()
+    result["load_after"] = common.load_average()
+    common.emit(result)
+
+
+if __name__ == "__main__":
+    main()
