@@ -1,0 +1,325 @@
+"""Hugging Face `transformers` ViT checkpoints <-> keras_vit models.
+
+Hugging Face keeps separate query/key/value projections and calls the
+block norms `layernorm_before`/`layernorm_after`; this module translates its
+names into timm's layout (fused qkv, rows in q, k, v order) and back, and
+`model_map` does the rest.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+
+from keras_vit.convert.io import write_safetensors
+from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, model_to_timm
+
+# ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / STD).
+HF_DEFAULT_MEAN = (0.5, 0.5, 0.5)
+HF_DEFAULT_STD = (0.5, 0.5, 0.5)
+
+# Per-block names: legacy on-disk names (what save_pretrained writes and the
+# hub holds) and the in-memory names of transformers 5.
+_BLOCK_NAMES = {
+    "layernorm_before": "norm1",
+    "attention.attention.query": "q",
+    "attention.attention.key": "k",
+    "attention.attention.value": "v",
+    "attention.output.dense": "attn.proj",
+    "layernorm_after": "norm2",
+    "intermediate.dense": "mlp.fc1",
+    "output.dense": "mlp.fc2",
+    "attention.q_proj": "q",
+    "attention.k_proj": "k",
+    "attention.v_proj": "v",
+    "attention.o_proj": "attn.proj",
+    "mlp.fc1": "mlp.fc1",
+    "mlp.fc2": "mlp.fc2",
+}
+_TOP_NAMES = {
+    "embeddings.cls_token": "cls_token",
+    "embeddings.position_embeddings": "pos_embed",
+    "embeddings.patch_embeddings.projection.weight": "patch_embed.proj.weight",
+    "embeddings.patch_embeddings.projection.bias": "patch_embed.proj.bias",
+    "layernorm.weight": "norm.weight",
+    "layernorm.bias": "norm.bias",
+}
+_IGNORED = ("embeddings.mask_token", "pooler.dense.weight", "pooler.dense.bias")
+_BLOCK_PATTERN = re.compile(r"^(?:encoder\.layer|encoder\.layers|layers)\.(\d+)\.(.+)\.(weight|bias)$")
+
+
+def is_huggingface_state_dict(state_dict):
+    return any(key.startswith(("embeddings.", "vit.embeddings.")) for key in state_dict)
+
+
+def _pair(value):
+    return (int(value), int(value)) if isinstance(value, (int, np.integer)) else tuple(int(v) for v in value)
+
+
+def huggingface_to_timm(state_dict, *, num_layers=None):
+    """Rename / fuse a Hugging Face ViT state dict into timm's layout.
+
+    Returns:
+        `(timm_state_dict, ignored_hf_keys)`. Raises a `ValueError` listing
+        any key it does not know.
+    """
+    base = {}
+    head = {}
+    for key, value in state_dict.items():
+        if key.startswith("vit."):
+            base[key[len("vit.") :]] = value
+        elif key.startswith("classifier."):
+            head[key] = value
+        else:
+            base[key] = value
+    out, ignored, unknown = {}, [], []
+    parts = {}
+    for key, value in base.items():
+        value = np.asarray(value)
+        if key in _TOP_NAMES:
+            out[_TOP_NAMES[key]] = value
+        elif key in _IGNORED:
+            ignored.append(key)
+        elif (match := _BLOCK_PATTERN.match(key)) and match.group(2) in _BLOCK_NAMES:
+            index, name, kind = int(match.group(1)), _BLOCK_NAMES[match.group(2)], match.group(3)
+            if name in ("q", "k", "v"):
+                parts.setdefault((index, kind), {})[name] = value
+            else:
+                out[f"blocks.{index}.{name}.{kind}"] = value
+        else:
+            unknown.append(key)
+    for key, value in head.items():
+        if key in ("classifier.weight", "classifier.bias"):
+            out["head." + key.split(".")[-1]] = np.asarray(value)
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ValueError(
+            f"The Hugging Face checkpoint has tensors keras_vit does not know: {sorted(unknown)}. "
+            "Only ViTModel and ViTForImageClassification checkpoints are supported."
+        )
+    for (index, kind), qkv in parts.items():
+        if set(qkv) != {"q", "k", "v"}:
+            raise ValueError(
+                f"Layer {index} of the Hugging Face checkpoint has only {sorted(qkv)} of its query/key/value {kind}s."
+            )
+        # timm's fused qkv stacks the q, k and v rows; its columns split q|k|v.
+        out[f"blocks.{index}.attn.qkv.{kind}"] = np.concatenate([qkv["q"], qkv["k"], qkv["v"]], axis=0)
+    return out, sorted(ignored)
+
+
+def _preprocessing(preprocessor_config):
+    config = preprocessor_config or {}
+    scale = float(config.get("rescale_factor", 1.0 / 255.0)) if config.get("do_rescale", True) else 1.0
+    if config.get("do_normalize", True):
+        mean = tuple(float(v) for v in np.atleast_1d(config.get("image_mean", HF_DEFAULT_MEAN)))
+        std = tuple(float(v) for v in np.atleast_1d(config.get("image_std", HF_DEFAULT_STD)))
+    else:
+        mean, std = 0.0, 1.0
+    return {"pixel_scale": scale, "pixel_mean": mean, "pixel_std": std}
+
+
+def from_huggingface(
+    config,
+    state_dict,
+    *,
+    preprocessor_config=None,
+    image_size=None,
+    interpolation="bicubic",
+    antialias=True,
+    include_head=True,
+    **overrides,
+):
+    """Build a keras_vit model from a Hugging Face `transformers` ViT.
+
+    Args:
+        config: dict. The model's `config.json` (`model_type="vit"`). Its
+            `layer_norm_eps` (1e-12 in Google's published conversions),
+            `num_attention_heads`, `image_size` (int or `[height, width]`)
+            and `qkv_bias` are honoured.
+        state_dict: dict of numpy arrays from `model.safetensors` of a
+            `ViTModel` or `ViTForImageClassification`. `pooler.*` (the tanh
+            pooler of a bare `ViTModel`) and `embeddings.mask_token` are
+            ignored: keras_vit's backbone returns the normalised tokens, the
+            same as `last_hidden_state`.
+        preprocessor_config: dict or `None`. `preprocessor_config.json`
+            (`image_mean`, `image_std`, `rescale_factor`, ...); defaults to
+            `ViTImageProcessor`'s defaults (mean = std = 0.5).
+        image_size, interpolation, antialias, include_head, **overrides: as
+            in `from_timm`. Note that Hugging Face's own
+            `interpolate_pos_encoding` is bicubic without antialiasing.
+
+    Returns:
+        A `ViTClassifier` (logits, class-token pooling) or a `ViTBackbone`.
+    """
+    config = dict(config)
+    model_type = config.get("model_type", "vit")
+    if model_type != "vit":
+        raise ValueError(f"Only Hugging Face ViT checkpoints (model_type='vit') are supported. Received: {model_type!r}")
+    activation = config.get("hidden_act", "gelu")
+    if activation != "gelu":
+        raise ValueError(
+            f"keras_vit's MLP uses the exact (erf) GELU; this checkpoint uses hidden_act={activation!r}, "
+            "so it cannot be converted faithfully."
+        )
+    num_layers = int(config["num_hidden_layers"])
+    timm_state, ignored = huggingface_to_timm(state_dict)
+    patch_size = _pair(config.get("patch_size", 16))
+    source_size = _pair(config.get("image_size", 224))
+    backbone_config = {
+        "image_size": source_size,
+        "patch_size": patch_size,
+        "num_channels": int(config.get("num_channels", 3)),
+        "hidden_dim": int(config["hidden_size"]),
+        "num_layers": num_layers,
+        "num_heads": int(config["num_attention_heads"]),
+        "mlp_dim": int(config["intermediate_size"]),
+        "layer_norm_epsilon": float(config.get("layer_norm_eps", 1e-12)),
+        "use_class_token": True,
+        "use_qkv_bias": bool(config.get("qkv_bias", True)),
+        "final_norm": True,
+        **_preprocessing(preprocessor_config),
+    }
+    head_overrides = {k: overrides.pop(k) for k in list(overrides) if k in HEAD_ARGUMENTS}
+    backbone_config.update(overrides)
+    head_config = None
+    if include_head and "head.weight" in timm_state:
+        head_config = {
+            "num_classes": int(timm_state["head.weight"].shape[0]),
+            "pooling": "token",
+            "activation": None,
+            **head_overrides,
+        }
+    elif "head.weight" in timm_state:
+        ignored += ["classifier.weight", "classifier.bias"]
+        timm_state.pop("head.weight")
+        timm_state.pop("head.bias", None)
+    grid = (source_size[0] // patch_size[0], source_size[1] // patch_size[1])
+    return build_model(
+        backbone_config,
+        head_config,
+        timm_state,
+        source_grid=grid,
+        image_size=image_size,
+        interpolation=interpolation,
+        antialias=antialias,
+        source="Hugging Face checkpoint",
+    )
+
+
+def _check_exportable(backbone, classifier):
+    problems = []
+    if not backbone.use_class_token:
+        problems.append("it has no class token")
+    if backbone.num_register_tokens:
+        problems.append("it has register tokens")
+    if backbone.position_embedding != "learned" or not backbone.prefix_position_embedding:
+        problems.append("its position embedding is not a learned table with a class-token row")
+    if backbone.layer_scale_init is not None:
+        problems.append("it uses LayerScale")
+    if not backbone.final_norm:
+        problems.append("it has no final LayerNorm")
+    if classifier is not None and (
+        classifier.pooling != "token" or classifier.pooled_norm or classifier.representation_size is not None
+    ):
+        problems.append("its head is not a single Dense on the class token")
+    if problems:
+        raise ValueError(
+            "This model cannot be written as a Hugging Face ViT because " + "; ".join(problems) + ". "
+            "Use `export_timm` instead, which supports all of these."
+        )
+
+
+def export_huggingface(model, directory):
+    """Write a keras_vit model as a Hugging Face `transformers` ViT directory.
+
+    Writes `config.json`, `model.safetensors` and `preprocessor_config.json`,
+    loadable with `ViTForImageClassification.from_pretrained(directory)` (a
+    classifier) or `ViTModel.from_pretrained(directory,
+    add_pooling_layer=False)` (a backbone).
+
+    Args:
+        model: `ViTClassifier` or `ViTBackbone` with a layout Hugging Face's
+            ViT can express (class token, no registers or LayerScale,
+            token pooling, no representation layer).
+        directory: str or path-like. Created if needed.
+
+    Returns:
+        The `config.json` dict that was written.
+    """
+    state_dict, backbone, classifier = model_to_timm(model)
+    _check_exportable(backbone, classifier)
+    prefix = "vit." if classifier is not None else ""
+    out = {}
+    for key, value in state_dict.items():
+        if key.startswith("head."):
+            out["classifier." + key.split(".")[-1]] = value
+            continue
+        match = re.match(r"blocks\.(\d+)\.(.+)\.(weight|bias)$", key)
+        if match:
+            index, name, kind = match.groups()
+            layer = f"{prefix}encoder.layer.{index}."
+            if name == "attn.qkv":
+                for part, chunk in zip(("query", "key", "value"), np.split(value, 3, axis=0)):
+                    out[f"{layer}attention.attention.{part}.{kind}"] = np.ascontiguousarray(chunk)
+                continue
+            legacy = {v: k for k, v in _BLOCK_NAMES.items() if not k.startswith(("attention.q_", "attention.k_",
+                                                                                  "attention.v_", "attention.o_",
+                                                                                  "mlp."))}
+            out[f"{layer}{legacy[name]}.{kind}"] = value
+            continue
+        top = {v: k for k, v in _TOP_NAMES.items()}
+        out[prefix + top[key]] = value
+    num_labels = classifier.num_classes if classifier is not None else 0
+    image_size = list(backbone.image_size)
+    patch_size = list(backbone.patch_size)
+    config = {
+        "architectures": ["ViTForImageClassification" if classifier is not None else "ViTModel"],
+        "model_type": "vit",
+        "hidden_size": backbone.hidden_dim,
+        "num_hidden_layers": backbone.num_layers,
+        "num_attention_heads": backbone.num_heads,
+        "intermediate_size": backbone.mlp_dim,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "initializer_range": 0.02,
+        "layer_norm_eps": float(backbone.layer_norm_epsilon),
+        "image_size": image_size[0] if image_size[0] == image_size[1] else image_size,
+        "patch_size": patch_size[0] if patch_size[0] == patch_size[1] else patch_size,
+        "num_channels": backbone.num_channels,
+        "qkv_bias": bool(backbone.use_qkv_bias),
+        "encoder_stride": patch_size[0],
+        "pooler_output_size": backbone.hidden_dim,
+        "pooler_act": "tanh",
+        "dtype": "float32",
+    }
+    if num_labels:
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
+        config["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
+    channels = backbone.num_channels
+    per_channel = lambda v: [float(x) for x in (v if np.ndim(v) else [v] * channels)]  # noqa: E731
+    mean, std = per_channel(backbone.pixel_mean), per_channel(backbone.pixel_std)
+    if len(mean) == 1:
+        mean = mean * channels
+    if len(std) == 1:
+        std = std * channels
+    processor = {
+        "image_processor_type": "ViTImageProcessor",
+        "do_resize": True,
+        "size": {"height": image_size[0], "width": image_size[1]},
+        "resample": 2,
+        "do_rescale": True,
+        "rescale_factor": float(backbone.pixel_scale),
+        "do_normalize": True,
+        "image_mean": mean,
+        "image_std": std,
+    }
+    os.makedirs(directory, exist_ok=True)
+    write_safetensors(os.path.join(directory, "model.safetensors"), out, metadata={"format": "pt"})
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=2)
+    with open(os.path.join(directory, "preprocessor_config.json"), "w", encoding="utf-8") as handle:
+        json.dump(processor, handle, indent=2)
+    return config

@@ -1,0 +1,226 @@
+"""The one name map between timm-layout tensors and keras_vit weights.
+
+Every converter first brings its checkpoint into timm's layout (timm's
+names, PyTorch `(out, in)` Linear weights, `(D, C, P, P)` patch conv), so the
+transposes and reshapes that reach our Keras weights live here only. The
+assignment is strict: every model weight is set exactly once with a checked
+shape, and every source tensor is consumed or explicitly ignored.
+"""
+
+import numpy as np
+
+from keras_vit.convert.resample import resample_position_embedding
+from keras_vit.models.vit_backbone import ViTBackbone
+from keras_vit.models.vit_classifier import ViTClassifier
+
+HEAD_ARGUMENTS = ("num_classes", "pooling", "representation_size", "pooled_norm", "head_dropout", "activation")
+
+
+def _linear(array):
+    return np.asarray(array).T  # PyTorch Linear (out, in) -> Keras Dense (in, out)
+
+
+def _same(array):
+    return np.asarray(array)
+
+
+def _patch_kernel(array):
+    # (D, C, Ph, Pw) conv -> (Ph * Pw * C, D): our Patches flatten each patch
+    # in (row, col, channel) order.
+    array = np.asarray(array)
+    out_dim, channels, patch_h, patch_w = array.shape
+    return array.transpose(2, 3, 1, 0).reshape(patch_h * patch_w * channels, out_dim)
+
+
+def _patch_conv(kernel, patch_size, num_channels):
+    patch_h, patch_w = patch_size
+    return np.asarray(kernel).reshape(patch_h, patch_w, num_channels, -1).transpose(3, 2, 0, 1)
+
+
+def timm_name_map(num_layers):
+    """[(timm key, keras weight path, to_keras)] for every weight of a ViT."""
+    entries = [
+        ("patch_embed.proj.weight", "patch_encoder/projection/kernel", _patch_kernel),
+        ("patch_embed.proj.bias", "patch_encoder/projection/bias", _same),
+        ("cls_token", "patch_encoder/class_token", _same),
+        ("reg_token", "patch_encoder/register_tokens", _same),
+        ("pos_embed", "patch_encoder/position_embedding", _same),
+        ("norm.weight", "final_norm/gamma", _same),
+        ("norm.bias", "final_norm/beta", _same),
+        ("fc_norm.weight", "fc_norm/gamma", _same),
+        ("fc_norm.bias", "fc_norm/beta", _same),
+        ("pre_logits.fc.weight", "pre_logits/kernel", _linear),
+        ("pre_logits.fc.bias", "pre_logits/bias", _same),
+        ("head.weight", "head/kernel", _linear),
+        ("head.bias", "head/bias", _same),
+    ]
+    for i in range(num_layers):
+        src, dst = f"blocks.{i}.", f"transformer_block_{i}/"
+        entries += [
+            (src + "norm1.weight", dst + "norm1/gamma", _same),
+            (src + "norm1.bias", dst + "norm1/beta", _same),
+            (src + "attn.qkv.weight", dst + "attention/qkv/kernel", _linear),
+            (src + "attn.qkv.bias", dst + "attention/qkv/bias", _same),
+            (src + "attn.proj.weight", dst + "attention/proj/kernel", _linear),
+            (src + "attn.proj.bias", dst + "attention/proj/bias", _same),
+            (src + "norm2.weight", dst + "norm2/gamma", _same),
+            (src + "norm2.bias", dst + "norm2/beta", _same),
+            (src + "mlp.fc1.weight", dst + "mlp/fc1/kernel", _linear),
+            (src + "mlp.fc1.bias", dst + "mlp/fc1/bias", _same),
+            (src + "mlp.fc2.weight", dst + "mlp/fc2/kernel", _linear),
+            (src + "mlp.fc2.bias", dst + "mlp/fc2/bias", _same),
+            (src + "ls1.gamma", dst + "layer_scale1/gamma", _same),
+            (src + "ls2.gamma", dst + "layer_scale2/gamma", _same),
+        ]
+    return entries
+
+
+def _describe(backbone_config):
+    keys = ("image_size", "patch_size", "hidden_dim", "num_layers", "num_heads", "mlp_dim",
+            "use_class_token", "num_register_tokens", "prefix_position_embedding")
+    return ", ".join(f"{k}={backbone_config[k]!r}" for k in keys if k in backbone_config)
+
+
+def build_model(
+    backbone_config,
+    head_config,
+    state_dict,
+    *,
+    source_grid,
+    image_size=None,
+    interpolation="bicubic",
+    antialias=True,
+    ignored=(),
+    source="checkpoint",
+):
+    """Build a keras_vit model and load timm-layout tensors into it, strictly.
+
+    Args:
+        backbone_config: dict of `ViTBackbone` arguments at the source
+            resolution.
+        head_config: dict of `ViTClassifier` arguments, or `None` for a
+            backbone.
+        state_dict: dict of timm-layout numpy arrays.
+        source_grid: `(rows, cols)` of the checkpoint's patch grid.
+        image_size: int, pair or `None`. Target resolution; the position
+            embedding is resampled when it changes the grid.
+        interpolation, antialias: passed to `resample_position_embedding`.
+        ignored: keys of `state_dict` that are deliberately not loaded.
+        source: str. Names the checkpoint in error messages.
+
+    Returns:
+        A `ViTClassifier` (when `head_config` is given) or `ViTBackbone`.
+    """
+    state_dict = dict(state_dict)
+    backbone_config = dict(backbone_config)
+    patch_size = backbone_config["patch_size"]
+    patch_size = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
+    if image_size is not None:
+        image_size = (image_size, image_size) if isinstance(image_size, int) else tuple(int(v) for v in image_size)
+        for size, patch, axis in zip(image_size, patch_size, ("height", "width")):
+            if size % patch:
+                raise ValueError(
+                    f"`image_size` {axis} {size} is not a multiple of the checkpoint's patch size {patch}. "
+                    f"Choose a multiple of {patch}. Received: image_size={image_size}"
+                )
+        backbone_config["image_size"] = image_size
+        new_grid = (image_size[0] // patch_size[0], image_size[1] // patch_size[1])
+        if "pos_embed" in state_dict and new_grid != tuple(source_grid):
+            prefix_rows = 0
+            if backbone_config.get("prefix_position_embedding", True):
+                prefix_rows = int(backbone_config.get("use_class_token", True)) + backbone_config.get(
+                    "num_register_tokens", 0
+                )
+            state_dict["pos_embed"] = resample_position_embedding(
+                state_dict["pos_embed"], prefix_rows, tuple(source_grid), new_grid, interpolation, antialias
+            )
+
+    backbone = ViTBackbone(**backbone_config)
+    model = backbone if head_config is None else ViTClassifier(backbone, **head_config)
+    variables = {variable.path: variable for variable in model.weights}
+    entries = [e for e in timm_name_map(backbone_config["num_layers"]) if e[1] in variables or e[0] in state_dict]
+
+    unknown = sorted(set(state_dict) - {e[0] for e in entries} - set(ignored))
+    if unknown:
+        raise ValueError(
+            f"The {source} has tensors that a keras_vit ViT cannot use: {unknown}. They belong to "
+            "an architecture keras_vit does not implement, or the checkpoint is not a plain ViT. "
+            f"(Model inferred from the checkpoint: {_describe(backbone_config)}.)"
+        )
+    missing = sorted(e[0] for e in entries if e[1] in variables and e[0] not in state_dict)
+    if missing:
+        raise ValueError(
+            f"The {source} lacks tensors the model needs: {missing}. The file is incomplete, or "
+            f"its configuration was inferred wrongly ({_describe(backbone_config)})."
+        )
+    extra = sorted(e[0] for e in entries if e[1] not in variables and e[0] in state_dict)
+    if extra:
+        raise ValueError(
+            f"The {source} has tensors {extra} that the inferred model has no weight for "
+            f"({_describe(backbone_config)}). Check the configuration passed with the checkpoint."
+        )
+    assigned = set()
+    mismatched = []
+    values = []
+    for key, path, to_keras in entries:
+        variable = variables[path]
+        value = to_keras(state_dict[key]).astype(np.float32)
+        if tuple(value.shape) != tuple(variable.shape):
+            mismatched.append(f"{key}: checkpoint {tuple(np.shape(state_dict[key]))} -> {tuple(value.shape)}, "
+                              f"model weight {path} needs {tuple(variable.shape)}")
+            continue
+        values.append((variable, value))
+        assigned.add(path)
+    if mismatched:
+        raise ValueError(
+            f"The {source} has tensors whose shapes do not fit the model inferred from it "
+            f"({_describe(backbone_config)}):\n  " + "\n  ".join(mismatched)
+        )
+    unset = sorted(set(variables) - assigned)
+    if unset:
+        raise ValueError(f"Internal error: the conversion left model weights unset: {unset}")
+    for variable, value in values:
+        variable.assign(value)
+    return model
+
+
+def model_to_timm(model):
+    """The timm-layout state dict of a keras_vit `ViTBackbone` / `ViTClassifier`.
+
+    Returns:
+        `(state_dict, backbone, classifier_or_None)`.
+    """
+    if isinstance(model, ViTClassifier):
+        backbone, classifier = model.backbone, model
+    elif isinstance(model, ViTBackbone):
+        backbone, classifier = model, None
+    else:
+        raise ValueError(
+            f"Only keras_vit ViTBackbone and ViTClassifier models can be exported. Received: {type(model).__name__}"
+        )
+    if backbone.stem is not None:
+        raise ValueError("Hybrid models (with a `stem`) cannot be exported to a plain ViT checkpoint.")
+    if backbone.position_embedding == "sincos2d":
+        raise ValueError(
+            "A model with position_embedding='sincos2d' has no position-embedding weights; timm and "
+            "Hugging Face ViTs expect a learned table. Export is only supported for 'learned'."
+        )
+    variables = {variable.path: np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable)
+                 for variable in model.weights}
+    state_dict = {}
+    for key, path, to_keras in timm_name_map(backbone.num_layers):
+        if path not in variables:
+            continue
+        value = np.asarray(variables[path], dtype=np.float32)
+        if to_keras is _linear:
+            value = value.T
+        elif to_keras is _patch_kernel:
+            value = _patch_conv(value, backbone.patch_size, backbone.num_channels)
+        state_dict[key] = np.ascontiguousarray(value)
+    if not backbone.final_norm:
+        for key in ("norm.weight", "norm.bias"):
+            state_dict.pop(key, None)
+    if classifier is not None and not classifier.pooled_norm:
+        for key in ("fc_norm.weight", "fc_norm.bias"):
+            state_dict.pop(key, None)
+    return state_dict, backbone, classifier

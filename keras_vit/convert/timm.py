@@ -1,0 +1,335 @@
+"""timm `vision_transformer` state dicts <-> keras_vit models."""
+
+import json
+import math
+import re
+
+import numpy as np
+
+from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, model_to_timm
+from keras_vit.models.variants import MODEL_SIZES
+
+# timm's ViT default preprocessing (`_cfg`: IMAGENET_INCEPTION_MEAN/STD).
+TIMM_DEFAULT_MEAN = (0.5, 0.5, 0.5)
+TIMM_DEFAULT_STD = (0.5, 0.5, 0.5)
+TIMM_LAYER_NORM_EPSILON = 1e-6  # timm.layers.LayerNorm default
+
+_TIMM_SIZE_NAMES = {"tiny": "Ti", "small": "S", "base": "B", "large": "L", "huge": "H"}
+_HEADS_BY_WIDTH = {size["hidden_dim"]: size["num_heads"] for size in MODEL_SIZES.values()}
+_UNSUPPORTED = {
+    "norm_pre.": "a pre-encoder LayerNorm (CLIP-style `pre_norm=True`)",
+    "attn.q_norm.": "query/key normalisation (`qk_norm=True`)",
+    "attn.k_norm.": "query/key normalisation (`qk_norm=True`)",
+    "attn_pool.": "attention pooling (`global_pool='map'`)",
+    "attn.norm.": "attention output normalisation (`scale_attn_norm=True`)",
+    "mlp.norm.": "MLP normalisation (`scale_mlp_norm=True`)",
+    "patch_embed.norm.": "a patch-embedding norm",
+    "patch_embed.backbone.": "a hybrid CNN stem (use the hybrid converters)",
+}
+_KERAS_VIT_METADATA = "keras_vit_config"
+
+
+def _pair(value):
+    if value is None:
+        return None
+    if isinstance(value, (int, np.integer)):
+        return (int(value), int(value))
+    value = tuple(int(v) for v in value)
+    return value[-2:]
+
+
+def _heads_from_architecture(architecture):
+    match = re.match(r"^(?:vit|deit3?|deit)_(tiny|small|base|large|huge)_", architecture or "")
+    return MODEL_SIZES[_TIMM_SIZE_NAMES[match.group(1)]]["num_heads"] if match else None
+
+
+def infer_num_heads(hidden_dim, architecture=None):
+    """Best guess of the head count, which no weight shape records."""
+    heads = _heads_from_architecture(architecture)
+    if heads is None:
+        heads = _HEADS_BY_WIDTH.get(hidden_dim)
+    if heads is None and hidden_dim % 64 == 0:
+        heads = hidden_dim // 64  # the usual head width
+    if heads is None:
+        raise ValueError(
+            f"Cannot tell the number of attention heads of a checkpoint with hidden_dim={hidden_dim}: "
+            "no weight shape records it. Pass it, e.g. `load_checkpoint(path, num_heads=...)`."
+        )
+    return heads
+
+
+def _check_unsupported(state_dict):
+    found = {}
+    for key in state_dict:
+        for marker, meaning in _UNSUPPORTED.items():
+            if key.startswith(marker) or f".{marker}" in f".{key}":
+                found.setdefault(meaning, []).append(key)
+    if found:
+        details = "; ".join(f"{meaning}: {keys[:4]}" for meaning, keys in found.items())
+        raise ValueError(f"This timm checkpoint uses parts keras_vit's ViT does not implement ({details}).")
+
+
+def _grid_from_tokens(num_tokens, num_prefix_tokens, grid=None, prefer_prefix_rows=True):
+    """(grid, prefix_position_embedding) that explain `num_tokens` rows."""
+    if grid is not None:
+        patches = grid[0] * grid[1]
+        if num_tokens == patches + num_prefix_tokens:
+            return grid, True
+        if num_tokens == patches:
+            return grid, num_prefix_tokens == 0
+        raise ValueError(
+            f"The position embedding has {num_tokens} rows, which fits neither {patches} patches "
+            f"({grid[0]}x{grid[1]} grid) nor {patches} + {num_prefix_tokens} prefix tokens. The "
+            "image size given with the checkpoint is wrong."
+        )
+    candidates = [(num_tokens - num_prefix_tokens, True), (num_tokens, False)]
+    for rows, with_prefix in candidates if prefer_prefix_rows else candidates[::-1]:
+        side = math.isqrt(max(rows, 0))
+        if rows > 0 and side * side == rows:
+            return (side, side), with_prefix or num_prefix_tokens == 0
+    raise ValueError(
+        f"Cannot infer the patch grid from a position embedding of {num_tokens} rows: it is not a "
+        "square grid. Give the checkpoint's image size (a timm config.json with `pretrained_cfg."
+        "input_size`, or `source_image_size=(height, width)`)."
+    )
+
+
+def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=None, **overrides):
+    """Infer keras_vit arguments from a timm ViT state dict (and its hub config).
+
+    Returns:
+        `(backbone_config, head_config_or_None, source_grid, ignored_keys)`.
+    """
+    config = dict(config or {})
+    model_args = dict(config.get("model_args") or {})
+    pretrained_cfg = dict(config.get("pretrained_cfg") or {})
+    _check_unsupported(state_dict)
+    if "patch_embed.proj.weight" not in state_dict:
+        raise ValueError(
+            "This is not a timm ViT state dict: it has no 'patch_embed.proj.weight'. "
+            f"First keys: {sorted(state_dict)[:8]}"
+        )
+    patch_weight = np.asarray(state_dict["patch_embed.proj.weight"])
+    if patch_weight.ndim != 4:
+        raise ValueError(
+            "'patch_embed.proj.weight' must be a (hidden_dim, channels, patch_h, patch_w) conv kernel. "
+            f"Received shape {patch_weight.shape}."
+        )
+    hidden_dim, num_channels, patch_h, patch_w = (int(v) for v in patch_weight.shape)
+    block_ids = sorted({int(m.group(1)) for k in state_dict if (m := re.match(r"blocks\.(\d+)\.", k))})
+    if block_ids != list(range(len(block_ids))) or not block_ids:
+        raise ValueError(f"The checkpoint's transformer blocks are not numbered 0..N-1: {block_ids}")
+    num_layers = len(block_ids)
+    mlp_dim = int(np.shape(state_dict.get("blocks.0.mlp.fc1.weight", np.zeros((0,))))[0])
+    use_class_token = "cls_token" in state_dict
+    num_register_tokens = int(np.shape(state_dict["reg_token"])[1]) if "reg_token" in state_dict else 0
+    num_prefix_tokens = int(use_class_token) + num_register_tokens
+
+    image_size = _pair(source_image_size or model_args.get("img_size") or pretrained_cfg.get("input_size"))
+    grid = None if image_size is None else (image_size[0] // patch_h, image_size[1] // patch_w)
+    if "pos_embed" in state_dict:
+        position_embedding = "learned"
+        grid, prefix_position_embedding = _grid_from_tokens(
+            int(np.shape(state_dict["pos_embed"])[1]),
+            num_prefix_tokens,
+            grid,
+            prefer_prefix_rows=not model_args.get("no_embed_class", False),
+        )
+    else:
+        position_embedding = "none"
+        prefix_position_embedding = True
+        if grid is None:
+            raise ValueError(
+                "The checkpoint has no position embedding, so its image size cannot be inferred. "
+                "Pass `source_image_size=(height, width)`."
+            )
+
+    num_heads = model_args.get("num_heads") or infer_num_heads(hidden_dim, config.get("architecture"))
+    mean = pretrained_cfg.get("mean", TIMM_DEFAULT_MEAN)
+    std = pretrained_cfg.get("std", TIMM_DEFAULT_STD)
+    backbone_config = {
+        "image_size": (grid[0] * patch_h, grid[1] * patch_w),
+        "patch_size": (patch_h, patch_w),
+        "num_channels": num_channels,
+        "hidden_dim": hidden_dim,
+        "num_layers": num_layers,
+        "num_heads": int(num_heads),
+        "mlp_dim": mlp_dim,
+        "layer_norm_epsilon": TIMM_LAYER_NORM_EPSILON,
+        "use_class_token": use_class_token,
+        "num_register_tokens": num_register_tokens,
+        "position_embedding": position_embedding,
+        "prefix_position_embedding": prefix_position_embedding,
+        "layer_scale_init": 1e-5 if "blocks.0.ls1.gamma" in state_dict else None,
+        "use_qkv_bias": "blocks.0.attn.qkv.bias" in state_dict,
+        "final_norm": "norm.weight" in state_dict,
+        "pixel_scale": 1.0 / 255.0,
+        "pixel_mean": tuple(float(v) for v in mean),
+        "pixel_std": tuple(float(v) for v in std),
+    }
+    head_overrides = {k: overrides.pop(k) for k in list(overrides) if k in HEAD_ARGUMENTS}
+    backbone_config.update(overrides)
+
+    ignored = []
+    head_keys = [k for k in state_dict if k.startswith(("head.", "fc_norm.", "pre_logits."))]
+    has_head = "head.weight" in state_dict
+    head_config = None
+    if include_head and has_head:
+        global_pool = model_args.get("global_pool", config.get("global_pool"))
+        if global_pool is None:
+            global_pool = "avg" if ("fc_norm.weight" in state_dict or not use_class_token) else "token"
+        pools = {"token": "token", "avg": "gap"}
+        if global_pool not in pools:
+            raise ValueError(
+                f"timm global_pool={global_pool!r} is not supported; keras_vit pools with 'token' or "
+                "'avg' (gap)."
+            )
+        head_config = {
+            "num_classes": int(np.shape(state_dict["head.weight"])[0]),
+            "pooling": pools[global_pool],
+            "representation_size": (
+                int(np.shape(state_dict["pre_logits.fc.weight"])[0]) if "pre_logits.fc.weight" in state_dict else None
+            ),
+            "pooled_norm": "fc_norm.weight" in state_dict,
+            "activation": None,  # logits, like timm
+        }
+        head_config.update(head_overrides)
+    else:
+        # A backbone is asked for, or the checkpoint has no classifier: the
+        # head-side tensors (head, fc_norm, pre_logits) are deliberately dropped.
+        ignored = head_keys
+    return backbone_config, head_config, grid, ignored
+
+
+def from_timm(
+    state_dict,
+    *,
+    config=None,
+    image_size=None,
+    interpolation="bicubic",
+    antialias=True,
+    include_head=True,
+    source_image_size=None,
+    **overrides,
+):
+    """Build a keras_vit model from a timm ViT state dict.
+
+    The architecture is read from the tensors themselves (width, depth, MLP
+    width, patch size, class and register tokens, `no_embed_class`,
+    LayerScale, qkv bias, final norm vs. `fc_norm`, head) and, when given,
+    from timm's hub `config.json` (image size, heads, pooling, mean/std).
+
+    Args:
+        state_dict: dict of str to numpy arrays, timm names and layouts.
+        config: dict or `None`. timm's hub `config.json` (`architecture`,
+            `model_args`, `pretrained_cfg`, ...). Defaults to `None`: a square
+            image, heads from the width, timm's default mean/std 0.5.
+        image_size: int, pair or `None`. Build the model at this resolution,
+            resampling the position embedding. Defaults to the checkpoint's.
+        interpolation: str. `"bicubic"` or `"bilinear"`. Defaults to
+            `"bicubic"` (timm's choice).
+        antialias: bool. Defaults to `True` (timm's choice).
+        include_head: bool. Return a `ViTClassifier` when the checkpoint has
+            a head; otherwise a `ViTBackbone`. Defaults to `True`.
+        source_image_size: int, pair or `None`. The checkpoint's image size,
+            for non-square checkpoints without a config.
+        **overrides: `ViTBackbone` / `ViTClassifier` arguments that replace
+            the inferred ones (e.g. `num_heads=...`, `pixel_mean=...`,
+            `activation="softmax"`).
+
+    Returns:
+        A `ViTClassifier` that outputs logits (`activation=None`, as timm),
+        or a `ViTBackbone`.
+    """
+    state_dict = {k: np.asarray(v) for k, v in state_dict.items()}
+    backbone_config, head_config, grid, ignored = timm_spec(
+        state_dict, config, include_head=include_head, source_image_size=source_image_size, **overrides
+    )
+    return build_model(
+        backbone_config,
+        head_config,
+        state_dict,
+        source_grid=grid,
+        image_size=image_size,
+        interpolation=interpolation,
+        antialias=antialias,
+        ignored=ignored,
+        source="timm checkpoint",
+    )
+
+
+def timm_config_from_metadata(metadata):
+    """The timm-style config stored by `export_timm` in safetensors metadata."""
+    if metadata and _KERAS_VIT_METADATA in metadata:
+        return json.loads(metadata[_KERAS_VIT_METADATA])
+    return None
+
+
+def model_timm_config(backbone, classifier):
+    """A timm hub `config.json` describing a keras_vit model."""
+    model_args = {
+        "img_size": list(backbone.image_size),
+        "patch_size": backbone.patch_size[0] if backbone.patch_size[0] == backbone.patch_size[1]
+        else list(backbone.patch_size),
+        "in_chans": backbone.num_channels,
+        "embed_dim": backbone.hidden_dim,
+        "depth": backbone.num_layers,
+        "num_heads": backbone.num_heads,
+        "mlp_ratio": backbone.mlp_dim / backbone.hidden_dim,
+        "qkv_bias": bool(backbone.use_qkv_bias),
+        "class_token": bool(backbone.use_class_token),
+        "reg_tokens": backbone.num_register_tokens,
+        "no_embed_class": not backbone.prefix_position_embedding,
+        "init_values": backbone.layer_scale_init,
+    }
+    if backbone.position_embedding == "none":
+        model_args["pos_embed"] = "none"
+    if classifier is not None:
+        model_args["global_pool"] = "avg" if classifier.pooling == "gap" else "token"
+        model_args["fc_norm"] = bool(classifier.pooled_norm)
+        num_classes = classifier.num_classes
+    else:
+        model_args["global_pool"] = "avg" if not backbone.use_class_token else "token"
+        num_classes = 0
+    mean, std, scale = backbone.pixel_mean, backbone.pixel_std, backbone.pixel_scale
+    per_channel = lambda v: [float(x) for x in (v if np.ndim(v) else [v] * backbone.num_channels)]  # noqa: E731
+    # timm feeds pixels in [0, 1]; fold our pixel_scale (x * scale) into mean/std.
+    factor = scale * 255.0
+    return {
+        "architecture": "vit_custom",
+        "num_classes": num_classes,
+        "num_features": backbone.hidden_dim,
+        "global_pool": model_args["global_pool"],
+        "model_args": model_args,
+        "pretrained_cfg": {
+            "input_size": [backbone.num_channels, *backbone.image_size],
+            "mean": [m / factor for m in per_channel(mean)],
+            "std": [s / factor for s in per_channel(std)],
+            "num_classes": num_classes,
+        },
+    }
+
+
+def export_timm(model, path):
+    """Write a keras_vit model as a timm ViT state dict (`.safetensors`).
+
+    The file holds timm's names and layouts, so
+    `timm.create_model(..., pretrained_cfg_overlay=dict(file=path))` with the
+    matching architecture loads it; the keras_vit configuration is kept in
+    the safetensors metadata so `load_checkpoint(path)` rebuilds the model
+    exactly (including non-square sizes and the head count).
+
+    Args:
+        model: `ViTBackbone` or `ViTClassifier` (plain ViT, learned
+            position embedding).
+        path: str or path-like. The `.safetensors` file to write.
+
+    Returns:
+        The timm-style config dict that was stored.
+    """
+    from keras_vit.convert.io import write_safetensors
+
+    state_dict, backbone, classifier = model_to_timm(model)
+    config = model_timm_config(backbone, classifier)
+    write_safetensors(path, state_dict, metadata={"format": "pt", _KERAS_VIT_METADATA: json.dumps(config)})
+    return config
