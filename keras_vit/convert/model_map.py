@@ -111,7 +111,8 @@ def build_model(
     Returns:
         A `ViTClassifier` (when `head_config` is given) or `ViTBackbone`.
     """
-    state_dict = dict(state_dict)
+    # Deliberately dropped tensors (e.g. the head when a backbone is asked for).
+    state_dict = {k: v for k, v in state_dict.items() if k not in set(ignored)}
     backbone_config = dict(backbone_config)
     patch_size = backbone_config["patch_size"]
     patch_size = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
@@ -140,7 +141,7 @@ def build_model(
     variables = {variable.path: variable for variable in model.weights}
     entries = [e for e in timm_name_map(backbone_config["num_layers"]) if e[1] in variables or e[0] in state_dict]
 
-    unknown = sorted(set(state_dict) - {e[0] for e in entries} - set(ignored))
+    unknown = sorted(set(state_dict) - {e[0] for e in entries})
     if unknown:
         raise ValueError(
             f"The {source} has tensors that a keras_vit ViT cannot use: {unknown}. They belong to "
