@@ -92,6 +92,7 @@ def build_model(
     antialias=True,
     ignored=(),
     source="checkpoint",
+    extra_entries=(),
 ):
     """Build a keras_vit model and load timm-layout tensors into it, strictly.
 
@@ -107,6 +108,9 @@ def build_model(
         interpolation, antialias: passed to `resample_position_embedding`.
         ignored: keys of `state_dict` that are deliberately not loaded.
         source: str. Names the checkpoint in error messages.
+        extra_entries: more `(timm key, keras weight path, to_keras)`
+            entries for weights outside the plain ViT, such as a hybrid's
+            CNN stem (`keras_vit.convert.hybrid`).
 
     Returns:
         A `ViTClassifier` (when `head_config` is given) or `ViTBackbone`.
@@ -139,7 +143,10 @@ def build_model(
     backbone = ViTBackbone(**backbone_config)
     model = backbone if head_config is None else ViTClassifier(backbone, **head_config)
     variables = {variable.path: variable for variable in model.weights}
-    entries = [e for e in timm_name_map(backbone_config["num_layers"]) if e[1] in variables or e[0] in state_dict]
+    entries = [
+        e for e in timm_name_map(backbone_config["num_layers"]) + list(extra_entries)
+        if e[1] in variables or e[0] in state_dict
+    ]
 
     unknown = sorted(set(state_dict) - {e[0] for e in entries})
     if unknown:
