@@ -27,10 +27,12 @@ class ImageNormalization(keras.layers.Layer):
             `0.5`.
         num_channels: int or `None`. Expected channel count, checked on each
             call. Defaults to `None` (not checked).
+        image_size: tuple of two ints or `None`. Expected `(height, width)`,
+            checked on each call. Defaults to `None` (not checked).
         **kwargs: Base layer keyword arguments.
     """
 
-    def __init__(self, scale=1.0 / 255.0, mean=0.5, std=0.5, num_channels=None, **kwargs):
+    def __init__(self, scale=1.0 / 255.0, mean=0.5, std=0.5, num_channels=None, image_size=None, **kwargs):
         super().__init__(**kwargs)
         self.scale = float(scale)
         self.mean = self._per_channel(mean, "mean", num_channels)
@@ -38,10 +40,10 @@ class ImageNormalization(keras.layers.Layer):
         if any(s <= 0 for s in self.std):
             raise ValueError(f"`std` must be positive. Received: std={std!r}")
         self.num_channels = num_channels
+        self.image_size = None if image_size is None else tuple(image_size)
         # Fold (x * scale - mean) / std into x * multiplier + offset.
         self._multiplier = np.asarray([self.scale / s for s in self.std], "float32")
         self._offset = np.asarray([-m / s for m, s in zip(self.mean, self.std)], "float32")
-        self.built = True
 
     @staticmethod
     def _per_channel(value, name, num_channels):
@@ -53,9 +55,26 @@ class ImageNormalization(keras.layers.Layer):
             )
         return tuple(values)
 
+    def _check(self, shape):
+        if self.num_channels is None and self.image_size is None:
+            return
+        check_image_shape(shape, (1, 1), self.num_channels, layer_name="The model")
+        size = tuple(shape[1:3])
+        if self.image_size is not None and None not in size and size != self.image_size:
+            raise ValueError(
+                f"The model was built for images of size {self.image_size} "
+                f"(height, width) but received {size}. Resize the images, for "
+                "example with `keras.layers.Resizing`, or build the model with "
+                f"`image_size={size}` (from_preset(..., image_size=...) resamples "
+                "the position embedding of a pretrained model)."
+            )
+
+    def build(self, input_shape):
+        self._check(tuple(input_shape))
+        self.built = True
+
     def call(self, images):
-        if self.num_channels is not None:
-            check_image_shape(tuple(images.shape), (1, 1), self.num_channels, layer_name="ViT")
+        self._check(tuple(images.shape))
         images = ops.cast(images, self.compute_dtype)
         return images * ops.cast(self._multiplier, images.dtype) + ops.cast(self._offset, images.dtype)
 
@@ -65,6 +84,12 @@ class ImageNormalization(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            {"scale": self.scale, "mean": self.mean, "std": self.std, "num_channels": self.num_channels}
+            {
+                "scale": self.scale,
+                "mean": self.mean,
+                "std": self.std,
+                "num_channels": self.num_channels,
+                "image_size": self.image_size,
+            }
         )
         return config

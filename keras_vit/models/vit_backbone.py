@@ -117,7 +117,7 @@ class ViTBackbone(keras.Model):
         images = keras.Input(shape=image_size + (num_channels,), name="images")
         x = ImageNormalization(
             scale=pixel_scale, mean=pixel_mean, std=pixel_std, num_channels=num_channels,
-            dtype=dtype, name="preprocessing",
+            image_size=image_size, dtype=dtype, name="preprocessing",
         )(images)
         if stem is None:
             check_image_shape((None,) + image_size + (num_channels,), patch_size)
@@ -192,6 +192,10 @@ class ViTBackbone(keras.Model):
         self.grid_size = grid_size
         self.num_prefix_tokens = int(use_class_token) + num_register_tokens
 
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        check_images_rank(inputs)
+        return super().call(inputs, training=training, mask=mask, **kwargs)
+
     @classmethod
     def from_variant(cls, variant, **overrides):
         """Build a backbone from a named variant such as `"ViT-B/16"`.
@@ -250,6 +254,17 @@ class ViTBackbone(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+
+def check_images_rank(images):
+    """Raise a clear error for input that is not a 4-D batch of images.
+
+    Runs before Keras' own input standardisation, whose message does not say
+    how to fix the input.
+    """
+    shape = getattr(images, "shape", None)
+    if shape is not None and len(shape) != 4:
+        check_image_shape(tuple(shape), (1, 1), layer_name="The model")
 
 
 def _check_positive_int(**arguments):

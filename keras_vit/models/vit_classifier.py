@@ -5,7 +5,7 @@ import inspect
 import keras
 
 from keras_vit.layers.token_pooling import TokenPooling
-from keras_vit.models.vit_backbone import ViTBackbone
+from keras_vit.models.vit_backbone import ViTBackbone, check_images_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -93,6 +93,10 @@ class ViTClassifier(keras.Model):
         self.pooled_norm = pooled_norm
         self.head_dropout = head_dropout
         self.activation = activation
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        check_images_rank(inputs)
+        return super().call(inputs, training=training, mask=mask, **kwargs)
 
     @classmethod
     def from_variant(cls, variant, **overrides):

@@ -1,0 +1,99 @@
+"""The contract every keras_vit layer and model keeps (STYLE.md point 2).
+
+`run_layer_contract` checks, for one layer configuration:
+  - `get_config` round trip: `from_config(get_config())` rebuilds an
+    equivalent layer whose config is identical;
+  - symbolic and eager output shapes agree with `compute_output_shape`;
+  - the number of trainable weights is the one expected;
+  - one `fit` step runs and changes the trainable weights;
+  - a `.keras` save and load gives identical outputs.
+"""
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+
+
+def _as_tuple(shape):
+    return tuple(None if d is None else int(d) for d in shape)
+
+
+def run_layer_contract(
+    layer_class,
+    init_kwargs,
+    input_shape,
+    expected_output_shape,
+    expected_num_trainable_weights,
+    input_range=(-1.0, 1.0),
+    call_kwargs=None,
+    seed=0,
+):
+    """Check the layer contract; raises AssertionError on the first breach.
+
+    Args:
+        layer_class: the layer's class.
+        init_kwargs: dict. Constructor arguments.
+        input_shape: tuple. Concrete input shape, batch included.
+        expected_output_shape: tuple. Concrete output shape, batch included.
+        expected_num_trainable_weights: int. Number of trainable variables.
+        input_range: tuple. Range of the uniform random inputs.
+        call_kwargs: dict. Extra call arguments.
+        seed: int. Seed of the inputs.
+    """
+    call_kwargs = call_kwargs or {}
+    rng = np.random.default_rng(seed)
+    inputs = rng.uniform(*input_range, size=input_shape).astype("float32")
+
+    # Config round trip.
+    layer = layer_class(**init_kwargs)
+    config = layer.get_config()
+    for key, value in init_kwargs.items():
+        assert key in config, f"{layer_class.__name__}.get_config() is missing constructor argument {key!r}"
+    rebuilt = layer_class.from_config(config)
+    assert rebuilt.get_config() == config, "from_config(get_config()) does not reproduce the config"
+
+    # Symbolic vs eager vs compute_output_shape.
+    symbolic_input = keras.Input(batch_shape=input_shape)
+    symbolic_output = layer(symbolic_input, **call_kwargs)
+    assert _as_tuple(symbolic_output.shape) == tuple(expected_output_shape), (
+        f"symbolic shape {symbolic_output.shape} != expected {expected_output_shape}"
+    )
+    assert _as_tuple(layer.compute_output_shape(input_shape)) == tuple(expected_output_shape)
+    eager_output = keras.ops.convert_to_numpy(layer(inputs, **call_kwargs))
+    assert eager_output.shape == tuple(expected_output_shape), (
+        f"eager shape {eager_output.shape} != expected {expected_output_shape}"
+    )
+    assert np.all(np.isfinite(eager_output))
+
+    assert len(layer.trainable_weights) == expected_num_trainable_weights, (
+        f"{len(layer.trainable_weights)} trainable weights, expected {expected_num_trainable_weights}"
+    )
+
+    # One fit step through a model wrapping the layer.
+    model = keras.Model(symbolic_input, symbolic_output)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    before = [keras.ops.convert_to_numpy(w).copy() for w in model.trainable_weights]
+    targets = rng.normal(size=expected_output_shape).astype("float32")
+    history = model.fit(inputs, targets, batch_size=input_shape[0], epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    after = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+    if expected_num_trainable_weights:
+        assert any(not np.array_equal(b, a) for b, a in zip(before, after)), "fit did not change any weight"
+
+    # .keras save and load: identical outputs.
+    expected = keras.ops.convert_to_numpy(model(inputs))
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "model.keras")
+        model.save(path)
+        restored = keras.saving.load_model(path)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(restored(inputs)), expected)
+    return layer
+
+
+def save_and_reload(model, directory):
+    """Save `model` as `.keras` under `directory` and load it back."""
+    path = os.path.join(directory, "model.keras")
+    model.save(path)
+    return keras.saving.load_model(path)
