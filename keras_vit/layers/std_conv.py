@@ -67,7 +67,9 @@ class StdConv2D(keras.layers.Layer):
         epsilon: float. Added to the kernel variance. Defaults to `1e-8`
             (timm's `StdConv2dSame` in the hybrid ViTs).
         kernel_initializer: Initializer of the kernel. Defaults to
-            `"he_normal"`.
+            He-uniform over the fan-out (timm draws He-normal; after
+            standardisation only the kernel's direction matters, and the
+            uniform draw compiles much faster on JAX).
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
     Call arguments:
@@ -91,7 +93,7 @@ class StdConv2D(keras.layers.Layer):
         padding="same",
         use_bias=False,
         epsilon=1e-8,
-        kernel_initializer="he_normal",
+        kernel_initializer=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -107,6 +109,8 @@ class StdConv2D(keras.layers.Layer):
         self.padding = padding
         self.use_bias = use_bias
         self.epsilon = float(epsilon)
+        if kernel_initializer is None:
+            kernel_initializer = keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="uniform")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def build(self, input_shape):
