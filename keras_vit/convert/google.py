@@ -40,7 +40,9 @@ def npz_to_timm(arrays):
     """
     prefix = _find_prefix(arrays)
     w = {k[len(prefix) :]: np.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}
-    outside = sorted(k for k in arrays if not k.startswith(prefix))
+    # Outside the parameters, only optimizer state (`opt/state/...` beside
+    # `opt/target/`) is expected; it is deliberately ignored.
+    outside = sorted(k for k in arrays if not k.startswith(prefix) and not (prefix and k.startswith("opt/")))
     used = set()
 
     def take(name):

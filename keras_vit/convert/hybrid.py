@@ -23,7 +23,6 @@ import re
 import numpy as np
 
 from keras_vit.convert.model_map import build_model
-from keras_vit.convert.resample import resample_position_embedding
 from keras_vit.models.hybrid import bit_resnet_stem
 
 BACKBONE_PREFIX = "patch_embed.backbone."
@@ -183,24 +182,7 @@ def from_timm_hybrid(
     if source_size is None:
         source_size = (grid[0] * patch_size[0] * stride, grid[1] * patch_size[1] * stride)
 
-    target_size = source_size if image_size is None else _pair(image_size)
-    target_grid = tuple(math.ceil(s / stride) // p for s, p in zip(target_size, patch_size))
-    if any(math.ceil(s / stride) % p for s, p in zip(target_size, patch_size)):
-        raise ValueError(
-            f"The stem's feature map for image_size={target_size} is not a multiple of the patch size "
-            f"{patch_size}. Choose an image size that is a multiple of {stride * patch_size[0]}."
-        )
-    if target_grid != tuple(grid) and "pos_embed" in vit_part:
-        prefix_rows = 0
-        if backbone_config.get("prefix_position_embedding", True):
-            prefix_rows = int(backbone_config.get("use_class_token", True)) + backbone_config.get(
-                "num_register_tokens", 0
-            )
-        vit_part["pos_embed"] = resample_position_embedding(
-            vit_part["pos_embed"], prefix_rows, tuple(grid), target_grid, interpolation, antialias
-        )
-
-    backbone_config["image_size"] = target_size
+    backbone_config["image_size"] = source_size
     backbone_config["num_channels"] = num_channels
     backbone_config["stem"] = bit_resnet_stem(
         **stem_arguments,
@@ -214,15 +196,20 @@ def from_timm_hybrid(
     stray = sorted(k for k in state_dict if k.startswith(BACKBONE_PREFIX) and k not in stem_keys)
     if stray:
         raise ValueError(f"The hybrid checkpoint has CNN tensors keras_vit's BiT ResNet has no place for: {stray[:10]}")
+    # The stem's weights join the ViT's strict assignment; build_model
+    # resamples the position embedding when `image_size` changes the grid.
+    extra_weights = {path: to_keras(state_dict[key]) for key, path, to_keras in stem_entries if key in state_dict}
     return build_model(
         backbone_config,
         head_config,
-        {**vit_part, **{k: v for k, v in state_dict.items() if k in stem_keys}},
-        source_grid=target_grid,
-        image_size=None,
+        vit_part,
+        source_grid=grid,
+        image_size=image_size,
+        interpolation=interpolation,
+        antialias=antialias,
         ignored=ignored,
         source="timm hybrid checkpoint",
-        extra_entries=[e for e in stem_entries if e[0] in state_dict],
+        extra_weights=extra_weights,
     )
 
 

@@ -61,17 +61,19 @@ def read_safetensors_with_metadata(path):
     path = os.fspath(path)
     if path.endswith(PICKLE_SUFFIXES):
         raise pickle_refusal(path)
-    with open(path, "rb") as handle:
-        data = handle.read()
-    if len(data) < 8:
+    size = os.path.getsize(path)
+    if size < 8:
         raise ValueError(
-            f"{path} is not a valid safetensors file: it has {len(data)} bytes, fewer "
+            f"{path} is not a valid safetensors file: it has {size} bytes, fewer "
             "than the 8-byte header length. The file is truncated or empty; download "
             "or export it again."
         )
-    if _looks_like_pickle(data[:4]):
+    # Memory-mapped, so a multi-GB checkpoint is held in memory once (as the
+    # copied arrays), not twice.
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    if _looks_like_pickle(bytes(data[:4])):
         raise pickle_refusal(path)
-    (header_length,) = struct.unpack("<Q", data[:8])
+    (header_length,) = struct.unpack("<Q", bytes(data[:8]))
     if header_length > _MAX_HEADER_BYTES:
         raise ValueError(
             f"{path} is not a valid safetensors file: its first 8 bytes give a header "
@@ -84,7 +86,7 @@ def read_safetensors_with_metadata(path):
             "export it again."
         )
     try:
-        header = json.loads(data[8 : 8 + header_length].decode("utf-8"))
+        header = json.loads(bytes(data[8 : 8 + header_length]).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(
             f"{path} is not a valid safetensors file: its header is not JSON ({error}). "
@@ -93,7 +95,7 @@ def read_safetensors_with_metadata(path):
     if not isinstance(header, dict):
         raise ValueError(f"{path} is not a valid safetensors file: its header is not a JSON object.")
     metadata = header.pop("__metadata__", None) or {}
-    payload = memoryview(data)[8 + header_length :]
+    payload = data[8 + header_length :]
     tensors = {}
     for name, info in header.items():
         try:
@@ -107,18 +109,24 @@ def read_safetensors_with_metadata(path):
             )
         raw = payload[begin:end]
         if dtype_name == "BF16":
-            array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+            dtype = np.dtype("<u2")
         elif dtype_name in _SAFETENSORS_DTYPES:
-            array = np.frombuffer(raw, dtype=np.dtype(_SAFETENSORS_DTYPES[dtype_name]).newbyteorder("<"))
+            dtype = np.dtype(_SAFETENSORS_DTYPES[dtype_name]).newbyteorder("<")
         else:
             raise ValueError(f"{path}: tensor {name!r} has dtype {dtype_name}, which keras_vit cannot read.")
+        if raw.size % dtype.itemsize:
+            raise ValueError(f"{path} is corrupt: tensor {name!r} has {raw.size} bytes, not a whole number of {dtype_name}.")
+        array = raw.view(dtype)
+        if dtype_name == "BF16":
+            array = (array.astype(np.uint32) << 16).view(np.float32)
         count = int(np.prod(shape, dtype=np.int64))
         if array.size != count:
             raise ValueError(
                 f"{path} is corrupt: tensor {name!r} has {array.size} values in the file "
                 f"but its header says shape {list(shape)} ({count} values)."
             )
-        tensors[name] = array.reshape(shape).copy()
+        tensors[name] = np.array(array.reshape(shape), dtype=array.dtype.newbyteorder("="))
+    del data, payload
     return tensors, metadata
 
 

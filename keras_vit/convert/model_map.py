@@ -92,7 +92,7 @@ def build_model(
     antialias=True,
     ignored=(),
     source="checkpoint",
-    extra_entries=(),
+    extra_weights=None,
 ):
     """Build a keras_vit model and load timm-layout tensors into it, strictly.
 
@@ -108,9 +108,9 @@ def build_model(
         interpolation, antialias: passed to `resample_position_embedding`.
         ignored: keys of `state_dict` that are deliberately not loaded.
         source: str. Names the checkpoint in error messages.
-        extra_entries: more `(timm key, keras weight path, to_keras)`
-            entries for weights outside the plain ViT, such as a hybrid's
-            CNN stem (`keras_vit.convert.hybrid`).
+        extra_weights: dict or `None`. Keras weight path -> array for
+            weights outside the ViT name map (e.g. a hybrid's stem), already
+            in Keras layout; assigned with the same checks.
 
     Returns:
         A `ViTClassifier` (when `head_config` is given) or `ViTBackbone`.
@@ -122,31 +122,29 @@ def build_model(
     patch_size = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
     if image_size is not None:
         image_size = (image_size, image_size) if isinstance(image_size, int) else tuple(int(v) for v in image_size)
-        for size, patch, axis in zip(image_size, patch_size, ("height", "width")):
-            if size % patch:
-                raise ValueError(
-                    f"`image_size` {axis} {size} is not a multiple of the checkpoint's patch size {patch}. "
-                    f"Choose a multiple of {patch}. Received: image_size={image_size}"
-                )
+        if backbone_config.get("stem") is None:
+            for size, patch, axis in zip(image_size, patch_size, ("height", "width")):
+                if size % patch:
+                    raise ValueError(
+                        f"`image_size` {axis} {size} is not a multiple of the checkpoint's patch size {patch}. "
+                        f"Choose a multiple of {patch}. Received: image_size={image_size}"
+                    )
         backbone_config["image_size"] = image_size
-        new_grid = (image_size[0] // patch_size[0], image_size[1] // patch_size[1])
-        if "pos_embed" in state_dict and new_grid != tuple(source_grid):
-            prefix_rows = 0
-            if backbone_config.get("prefix_position_embedding", True):
-                prefix_rows = int(backbone_config.get("use_class_token", True)) + backbone_config.get(
-                    "num_register_tokens", 0
-                )
-            state_dict["pos_embed"] = resample_position_embedding(
-                state_dict["pos_embed"], prefix_rows, tuple(source_grid), new_grid, interpolation, antialias
-            )
 
     backbone = ViTBackbone(**backbone_config)
+    # The grid comes from the built model, so hybrids (whose stem shrinks the
+    # image before patching) resample to the right grid too.
+    new_grid = tuple(backbone.grid_size)
+    if "pos_embed" in state_dict and new_grid != tuple(source_grid):
+        prefix_rows = backbone.num_prefix_tokens if backbone.prefix_position_embedding else 0
+        state_dict["pos_embed"] = resample_position_embedding(
+            state_dict["pos_embed"], prefix_rows, tuple(source_grid), new_grid, interpolation, antialias
+        )
+    if head_config is not None and "dtype" in backbone_config:
+        head_config = {"dtype": backbone_config["dtype"], **head_config}
     model = backbone if head_config is None else ViTClassifier(backbone, **head_config)
     variables = {variable.path: variable for variable in model.weights}
-    entries = [
-        e for e in timm_name_map(backbone_config["num_layers"]) + list(extra_entries)
-        if e[1] in variables or e[0] in state_dict
-    ]
+    entries = [e for e in timm_name_map(backbone_config["num_layers"]) if e[1] in variables or e[0] in state_dict]
 
     unknown = sorted(set(state_dict) - {e[0] for e in entries})
     if unknown:
@@ -179,6 +177,19 @@ def build_model(
             continue
         values.append((variable, value))
         assigned.add(path)
+    for path, value in (extra_weights or {}).items():
+        if path not in variables:
+            mismatched.append(f"{path}: the model has no such weight")
+            continue
+        if path in assigned:
+            mismatched.append(f"{path}: set twice")
+            continue
+        value = np.asarray(value, dtype=np.float32)
+        if tuple(value.shape) != tuple(variables[path].shape):
+            mismatched.append(f"{path}: given {tuple(value.shape)}, model needs {tuple(variables[path].shape)}")
+            continue
+        values.append((variables[path], value))
+        assigned.add(path)
     if mismatched:
         raise ValueError(
             f"The {source} has tensors whose shapes do not fit the model inferred from it "
@@ -186,7 +197,10 @@ def build_model(
         )
     unset = sorted(set(variables) - assigned)
     if unset:
-        raise ValueError(f"Internal error: the conversion left model weights unset: {unset}")
+        raise ValueError(
+            f"The {source} does not set these model weights: {unset}. Pass them with `extra_weights` "
+            "(for layers outside the ViT name map, such as a hybrid stem)."
+        )
     for variable, value in values:
         variable.assign(value)
     return model

@@ -144,7 +144,7 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
                 "Pass `source_image_size=(height, width)`."
             )
 
-    num_heads = model_args.get("num_heads") or infer_num_heads(hidden_dim, config.get("architecture"))
+    num_heads = overrides.get("num_heads") or model_args.get("num_heads") or infer_num_heads(hidden_dim, config.get("architecture"))
     mean = pretrained_cfg.get("mean", TIMM_DEFAULT_MEAN)
     std = pretrained_cfg.get("std", TIMM_DEFAULT_STD)
     backbone_config = {

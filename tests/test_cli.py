@@ -1,0 +1,40 @@
+"""The `keras-vit` command line, run in-process."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import cli
+
+
+def test_help_lists_commands(capsys):
+    assert cli.main([]) == 2
+    out = capsys.readouterr().out
+    for command in ("train", "pretrain", "convert", "presets", "predict"):
+        assert command in out
+
+
+def test_train_runs_on_digits_and_saves(tmp_path, capsys):
+    path = str(tmp_path / "digits.keras")
+    assert cli.main(["train", "--epochs", "1", "--save", path]) == 0
+    out = capsys.readouterr().out
+    assert "Held-out accuracy:" in out and "360 held-out digits" in out
+    model = keras.saving.load_model(path)
+    assert isinstance(model, keras_vit.ViTClassifier)
+    assert model.predict(np.zeros((2, 8, 8, 1), "float32"), verbose=0).shape == (2, 10)
+
+
+def test_digits_split_is_stratified_and_seeded():
+    from keras_vit.data import load_digits_split
+
+    (x_train, y_train), (x_test, y_test) = load_digits_split(seed=0)
+    assert x_train.shape == (1437, 8, 8, 1) and x_test.shape == (360, 8, 8, 1)
+    assert x_train.max() == 255.0 and x_train.min() == 0.0
+    # Every class keeps its share (stratified): 1797 digits, about 10% per class.
+    counts = np.bincount(y_test, minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37
+    (_, y_again), _ = load_digits_split(seed=0)
+    np.testing.assert_array_equal(y_train, y_again)
