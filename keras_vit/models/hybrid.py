@@ -125,11 +125,9 @@ def applications_stem(application="ResNet50V2", num_channels=3, weights=None, fr
                 f"Unknown keras.applications model {application!r}. Use a name such as 'ResNet50V2', "
                 f"'ResNet101V2' or 'ConvNeXtTiny'. Received: application={application!r}"
             )
-    model = constructor(
-        include_top=False, weights=weights, input_shape=(None, None, num_channels), **kwargs
-    )
     if name is not None:
-        model.name = name
+        kwargs["name"] = name
+    model = constructor(include_top=False, weights=weights, input_shape=(None, None, num_channels), **kwargs)
     model.trainable = not freeze
     return model
 

@@ -53,7 +53,7 @@ def test_large_hybrid_parameter_count_matches_timm():
 
 
 def test_hybrid_variant_shapes_at_small_size():
-    backbone = ViTBackbone.from_variant("R50+ViT-B/16", image_size=(32, 48), **TINY_VIT)
+    backbone = ViTBackbone.from_variant("R50+ViT-B/16", image_size=(32, 48), num_channels=1, **TINY_VIT)
     assert backbone.grid_size == (2, 3)  # output stride 16, 1x1 patches
     assert backbone.get_layer("bit_resnet").output.shape == (None, 2, 3, 1024)
     stem_only = ViTBackbone.from_variant("R+ViT-Ti/16", image_size=64, **TINY_VIT)
