@@ -14,7 +14,7 @@ def _fresh_keras_state():
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
-    keras.utils.clear_session()
+    keras.utils.clear_session(free_memory=False)  # a full gc per test costs seconds with three frameworks loaded
 
 
 backend = keras.backend.backend()

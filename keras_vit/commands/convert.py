@@ -33,7 +33,9 @@ def _destination_format(destination, requested):
 
 
 def add_arguments(parser):
-    parser.add_argument("source", help="a timm .safetensors file, a Hugging Face / timm hub directory, or a Google .npz")
+    parser.add_argument(
+        "source", help="a timm .safetensors file, a Hugging Face / timm hub directory, or a Google .npz"
+    )
     parser.add_argument("destination", help="output: .keras (whole model), .weights.h5, .safetensors (timm) or a "
                                             "directory with --to huggingface")
     parser.add_argument("--to", choices=FORMATS, default="auto", help="output format (default: from the file name)")

@@ -1,5 +1,8 @@
 """`keras-vit train`: train a ViT classifier and report held-out accuracy."""
 
+import os
+import sys
+
 from keras_vit.training import DIGITS_MODEL
 
 
@@ -14,9 +17,43 @@ def add_arguments(parser):
     )
     parser.add_argument("--image-size", type=int, default=None, help="input size; digits are resized to it")
     parser.add_argument("--save", default=None, help="write the trained model to this .keras file")
+    parser.add_argument(
+        "--distribute", choices=("data", "model"), default=None,
+        help="train on every device: 'data' copies the model to each (JAX keras.distribution, or "
+        "TensorFlow MirroredStrategy; TPUStrategy when TPU_NAME is set), 'model' also splits the "
+        "weights over the devices of a host (JAX only). Default: one device",
+    )
+    parser.add_argument(
+        "--init-from", default=None, metavar="PRETRAINED",
+        help="fine-tune the backbone of this .keras file (from `keras-vit pretrain`, or a saved "
+        "ViTClassifier or ViTBackbone) instead of starting from random weights; use the same --seed "
+        "as the pre-training so its unlabeled images exclude the held-out digits",
+    )
 
 
 def run(args):
+    if getattr(args, "distribute", None):
+        from keras_vit.distribution import distribution_for_backend
+
+        try:
+            distribution = distribution_for_backend(args.distribute, tpu=os.environ.get("TPU_NAME"))
+        except ValueError as error:
+            print(f"keras-vit train: error: {error}", file=sys.stderr)
+            return 2
+        with distribution.scope():
+            return _run(args, distribution)
+    return _run(args)
+
+
+def _batch_shards(distribution):
+    """How many ways keras.distribution splits each batch (1 without one, or on TensorFlow)."""
+    mesh = getattr(distribution, "device_mesh", None)
+    if mesh is None:  # tf.distribute splits uneven batches itself
+        return 1
+    return mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)]
+
+
+def _run(args, distribution=None):
     import keras
     import numpy as np
 
@@ -25,10 +62,41 @@ def run(args):
 
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed=args.seed)
     image_size = args.image_size or (DIGITS_MODEL["image_size"] if args.variant is None else 32)
+    pretrained = None
+    if getattr(args, "init_from", None):
+        from keras_vit.pretraining import load_pretrained_backbone
+
+        if args.variant is not None:
+            print("error: --init-from takes its architecture from the file; drop --variant.")
+            return 2
+        pretrained = load_pretrained_backbone(args.init_from)
+        height, width, channels = pretrained.input_shape[1:]
+        if height != width or channels != 1 or (args.image_size and args.image_size != height):
+            print(f"error: the pre-trained backbone takes {height}x{width}x{channels} images, but the "
+                  f"digits are square and grayscale{f' at {args.image_size}' if args.image_size else ''}. "
+                  "Pre-train on digits with `keras-vit pretrain`.")
+            return 2
+        image_size = height
     if image_size != 8:
         x_train = np.asarray(keras.ops.image.resize(x_train, (image_size, image_size)))
         x_test = np.asarray(keras.ops.image.resize(x_test, (image_size, image_size)))
-    if args.variant is None:
+    shards = _batch_shards(distribution)
+    if shards > 1:
+        # JAX splits every batch evenly over the batch axis of the mesh: the
+        # last, smaller batch of each pass must divide too.
+        if args.batch_size % shards:
+            print(f"keras-vit train: error: --batch-size must be divisible by the {shards} batch shards "
+                  f"of the device mesh. Received: --batch-size {args.batch_size}", file=sys.stderr)
+            return 2
+        x_train, y_train = x_train[: len(x_train) // shards * shards], y_train[: len(y_train) // shards * shards]
+        x_test, y_test = x_test[: len(x_test) // shards * shards], y_test[: len(y_test) // shards * shards]
+    if pretrained is not None:
+        from keras_vit.models.vit_classifier import ViTClassifier
+
+        keras.utils.set_random_seed(args.seed)
+        model = ViTClassifier(backbone=pretrained, num_classes=10)
+        print(f"Fine-tuning the pre-trained backbone of {args.init_from}.")
+    elif args.variant is None:
         model = build_digits_classifier(seed=args.seed, image_size=image_size)
     else:
         from keras_vit.models.vit_classifier import ViTClassifier
@@ -37,6 +105,8 @@ def run(args):
         model = ViTClassifier.from_variant(args.variant, image_size=image_size, num_channels=1, num_classes=10)
     print(f"Backend: {keras.backend.backend()}; model: {model.count_params():,} parameters; "
           f"{len(x_train)} training and {len(x_test)} held-out digits.")
+    if distribution is not None:
+        print(f"Distributed ({args.distribute} parallel): {_describe(distribution)}")
     result = train_classifier(
         model, (x_train, y_train), (x_test, y_test),
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
@@ -47,3 +117,10 @@ def run(args):
         model.save(args.save)
         print(f"Saved the trained model to {args.save}")
     return 0
+
+
+def _describe(distribution):
+    mesh = getattr(distribution, "device_mesh", None)
+    if mesh is not None:
+        return f"mesh {dict(zip(mesh.axis_names, mesh.shape))}"
+    return f"{type(distribution).__name__} with {distribution.num_replicas_in_sync} replicas"

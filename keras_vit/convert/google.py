@@ -52,7 +52,9 @@ def npz_to_timm(arrays):
     out = {}
     kernel = take("embedding/kernel")
     if kernel.ndim != 4:
-        raise ValueError(f"'embedding/kernel' must be a 4-D (patch_h, patch_w, channels, dim) kernel, got {kernel.shape}.")
+        raise ValueError(
+            f"'embedding/kernel' must be a 4-D (patch_h, patch_w, channels, dim) kernel. Received: {kernel.shape}"
+        )
     out["patch_embed.proj.weight"] = kernel.transpose(3, 2, 0, 1)  # HWIO -> OIHW
     out["patch_embed.proj.bias"] = take("embedding/bias")
     if "cls" in w:
@@ -143,9 +145,9 @@ def from_npz(arrays, *, image_size=None, interpolation="bicubic", antialias=True
             include_head=include_head, **overrides,
         )
     state_dict, num_heads = npz_to_timm(arrays)
-    config = {"model_args": {"num_heads": num_heads}, "pretrained_cfg": {"mean": (0.5,) * 3, "std": (0.5,) * 3}}
+    # The original training code maps [0, 255] pixels to [-1, 1].
     channels = state_dict["patch_embed.proj.weight"].shape[1]
-    config["pretrained_cfg"] = {"mean": (0.5,) * channels, "std": (0.5,) * channels}
+    config = {"model_args": {"num_heads": num_heads}, "pretrained_cfg": {"mean": (0.5,) * channels, "std": (0.5,) * channels}}
     return from_timm(
         state_dict,
         config=config,

@@ -45,6 +45,15 @@ _TOP_NAMES = {
     "layernorm.weight": "norm.weight",
     "layernorm.bias": "norm.bias",
 }
+# timm-layout block name -> the legacy Hugging Face name export writes.
+_EXPORT_BLOCK_NAMES = {
+    "norm1": "layernorm_before",
+    "attn.proj": "attention.output.dense",
+    "norm2": "layernorm_after",
+    "mlp.fc1": "intermediate.dense",
+    "mlp.fc2": "output.dense",
+}
+_EXPORT_TOP_NAMES = {timm: hf for hf, timm in _TOP_NAMES.items()}
 _IGNORED = ("embeddings.mask_token", "pooler.dense.weight", "pooler.dense.bias")
 _BLOCK_PATTERN = re.compile(r"^(?:encoder\.layer|encoder\.layers|layers)\.(\d+)\.(.+)\.(weight|bias)$")
 
@@ -57,7 +66,7 @@ def _pair(value):
     return (int(value), int(value)) if isinstance(value, (int, np.integer)) else tuple(int(v) for v in value)
 
 
-def huggingface_to_timm(state_dict, *, num_layers=None):
+def huggingface_to_timm(state_dict):
     """Rename / fuse a Hugging Face ViT state dict into timm's layout.
 
     Returns:
@@ -156,7 +165,9 @@ def from_huggingface(
     config = dict(config)
     model_type = config.get("model_type", "vit")
     if model_type != "vit":
-        raise ValueError(f"Only Hugging Face ViT checkpoints (model_type='vit') are supported. Received: {model_type!r}")
+        raise ValueError(
+            f"Only Hugging Face ViT checkpoints (model_type='vit') are supported. Received: model_type={model_type!r}"
+        )
     activation = config.get("hidden_act", "gelu")
     if activation != "gelu":
         raise ValueError(
@@ -264,13 +275,9 @@ def export_huggingface(model, directory):
                 for part, chunk in zip(("query", "key", "value"), np.split(value, 3, axis=0)):
                     out[f"{layer}attention.attention.{part}.{kind}"] = np.ascontiguousarray(chunk)
                 continue
-            legacy = {v: k for k, v in _BLOCK_NAMES.items() if not k.startswith(("attention.q_", "attention.k_",
-                                                                                  "attention.v_", "attention.o_",
-                                                                                  "mlp."))}
-            out[f"{layer}{legacy[name]}.{kind}"] = value
+            out[f"{layer}{_EXPORT_BLOCK_NAMES[name]}.{kind}"] = value
             continue
-        top = {v: k for k, v in _TOP_NAMES.items()}
-        out[prefix + top[key]] = value
+        out[prefix + _EXPORT_TOP_NAMES[key]] = value
     num_labels = classifier.num_classes if classifier is not None else 0
     image_size = list(backbone.image_size)
     patch_size = list(backbone.patch_size)

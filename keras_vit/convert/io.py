@@ -115,7 +115,9 @@ def read_safetensors_with_metadata(path):
         else:
             raise ValueError(f"{path}: tensor {name!r} has dtype {dtype_name}, which keras_vit cannot read.")
         if raw.size % dtype.itemsize:
-            raise ValueError(f"{path} is corrupt: tensor {name!r} has {raw.size} bytes, not a whole number of {dtype_name}.")
+            raise ValueError(
+                f"{path} is corrupt: tensor {name!r} has {raw.size} bytes, not a whole number of {dtype_name}."
+            )
         array = raw.view(dtype)
         if dtype_name == "BF16":
             array = (array.astype(np.uint32) << 16).view(np.float32)

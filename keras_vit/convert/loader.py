@@ -45,7 +45,9 @@ def _load_directory(directory, **kwargs):
     )
 
 
-def load_checkpoint(source, *, image_size=None, interpolation="bicubic", antialias=True, include_head=True, **overrides):
+def load_checkpoint(
+    source, *, image_size=None, interpolation="bicubic", antialias=True, include_head=True, **overrides
+):
     """Load a timm, Hugging Face or Google ViT checkpoint as a keras_vit model.
 
     The format is recognised from `source`:

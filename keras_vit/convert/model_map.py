@@ -227,8 +227,7 @@ def model_to_timm(model):
             "A model with position_embedding='sincos2d' has no position-embedding weights; timm and "
             "Hugging Face ViTs expect a learned table. Export is only supported for 'learned'."
         )
-    variables = {variable.path: np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable)
-                 for variable in model.weights}
+    variables = {variable.path: np.asarray(variable.numpy()) for variable in model.weights}
     state_dict = {}
     for key, path, to_keras in timm_name_map(backbone.num_layers):
         if path not in variables:

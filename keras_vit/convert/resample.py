@@ -123,7 +123,8 @@ def resample_position_embedding(
         table = table[None]
     if table.ndim != 3 or table.shape[0] != 1:
         raise ValueError(
-            f"The position embedding must be shaped (1, tokens, dim) or (tokens, dim). Received: shape={np.shape(table)}"
+            "The position embedding must be shaped (1, tokens, dim) or (tokens, dim). "
+            f"Received: shape={np.shape(table)}"
         )
     expected = num_prefix_tokens + old_grid[0] * old_grid[1]
     if table.shape[1] != expected:

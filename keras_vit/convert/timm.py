@@ -129,12 +129,16 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
     grid = None if image_size is None else (image_size[0] // patch_h, image_size[1] // patch_w)
     if "pos_embed" in state_dict:
         position_embedding = "learned"
-        grid, prefix_position_embedding = _grid_from_tokens(
-            int(np.shape(state_dict["pos_embed"])[1]),
-            num_prefix_tokens,
-            grid,
-            prefer_prefix_rows=not model_args.get("no_embed_class", False),
-        )
+        rows = int(np.shape(state_dict["pos_embed"])[1])
+        prefer_prefix_rows = not model_args.get("no_embed_class", False)
+        try:
+            grid, prefix_position_embedding = _grid_from_tokens(rows, num_prefix_tokens, grid, prefer_prefix_rows)
+        except ValueError:
+            if source_image_size is not None:
+                raise
+            # A hub config's input size can describe test-time resizing rather
+            # than the table; the weights themselves then decide (square grid).
+            grid, prefix_position_embedding = _grid_from_tokens(rows, num_prefix_tokens, None, prefer_prefix_rows)
     else:
         position_embedding = "none"
         prefix_position_embedding = True
@@ -144,7 +148,10 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
                 "Pass `source_image_size=(height, width)`."
             )
 
-    num_heads = overrides.get("num_heads") or model_args.get("num_heads") or infer_num_heads(hidden_dim, config.get("architecture"))
+    num_heads = (
+        overrides.get("num_heads") or model_args.get("num_heads")
+        or infer_num_heads(hidden_dim, config.get("architecture"))
+    )
     mean = pretrained_cfg.get("mean", TIMM_DEFAULT_MEAN)
     std = pretrained_cfg.get("std", TIMM_DEFAULT_STD)
     backbone_config = {

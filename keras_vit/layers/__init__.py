@@ -12,3 +12,4 @@ from keras_vit.layers.patches import Patches
 from keras_vit.layers.std_conv import StdConv2D
 from keras_vit.layers.transformer_block import TransformerBlock
 from keras_vit.layers.token_pooling import TokenPooling
+from keras_vit.layers.patch_corruption import PatchCorruption

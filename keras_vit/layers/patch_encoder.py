@@ -82,6 +82,14 @@ class PatchEncoder(keras.layers.Layer):
         patches: tensor of shape `(batch, num_patches, patch_features)`, as
             returned by `Patches`.
         training: bool. Whether dropout is active.
+        corruption: callable or `None`. Applied to the projected patch
+            embeddings `(batch, num_patches, hidden_dim)` before the prefix
+            tokens and the position embedding are added, and must return a
+            tensor of the same shape. Masked patch prediction uses it to
+            replace patch embeddings (appendix B.1.2 of the paper), so a
+            replaced patch still gets its own position. Defaults to `None`
+            (no change). The same two steps are public as `project()` and
+            `add_prefix_and_position()`.
 
     Returns:
         A tensor `(batch, num_prefix_tokens + num_patches, hidden_dim)`.
@@ -194,8 +202,29 @@ class PatchEncoder(keras.layers.Layer):
         # (B, num_prefix, D)
         return ops.broadcast_to(prefix, (batch_size, self.num_prefix_tokens, self.hidden_dim))
 
-    def call(self, patches, training=None):
-        x = self.projection(patches)  # (B, N, D)
+    def project(self, patches):
+        """Linear projection `E` of flattened patches (eq. 1 without positions).
+
+        Args:
+            patches: tensor `(batch, num_patches, patch_features)`.
+
+        Returns:
+            A tensor `(batch, num_patches, hidden_dim)`.
+        """
+        return self.projection(patches)
+
+    def add_prefix_and_position(self, embeddings, training=None):
+        """Prepend the prefix tokens, add the position embedding, apply dropout.
+
+        Args:
+            embeddings: tensor `(batch, num_patches, hidden_dim)`, the output
+                of `project()` (possibly modified).
+            training: bool. Whether dropout is active.
+
+        Returns:
+            A tensor `(batch, num_prefix_tokens + num_patches, hidden_dim)`.
+        """
+        x = embeddings
         batch_size = ops.shape(x)[0]
         if self.position_embedding == "sincos2d":
             x = x + ops.cast(self._sincos_table, x.dtype)
@@ -206,6 +235,13 @@ class PatchEncoder(keras.layers.Layer):
         if self.position_embedding == "learned" and self.prefix_position_embedding:
             x = x + ops.cast(self.position_embedding_table, x.dtype)
         return self.dropout_layer(x, training=training)
+
+    def call(self, patches, training=None, corruption=None):
+        x = self.project(patches)  # (B, N, D)
+        if corruption is not None:
+            # Before positions are added: a replaced patch keeps its own position.
+            x = corruption(x)  # (B, N, D)
+        return self.add_prefix_and_position(x, training=training)
 
     def compute_output_shape(self, input_shape):
         batch, num_patches, _ = input_shape

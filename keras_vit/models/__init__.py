@@ -4,3 +4,4 @@ from keras_vit.models.hybrid import applications_stem, bit_resnet_stem, keras_cv
 from keras_vit.models.variants import hybrid_variant_names, parse_variant, variant_names
 from keras_vit.models.vit_backbone import ViTBackbone
 from keras_vit.models.vit_classifier import ViTClassifier
+from keras_vit.models.masked_patch_predictor import MaskedPatchPredictor

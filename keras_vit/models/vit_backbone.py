@@ -255,6 +255,43 @@ class ViTBackbone(keras.Model):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
 
+    # === Presets ===
+
+    @classmethod
+    def from_preset(cls, preset, image_size=None, load_weights=True):
+        """Build a backbone from a pretrained preset.
+
+        Args:
+            preset: str. A registered name (`keras_vit.presets.list()`),
+                `"hf://org/repo"`, a directory written by `save_to_preset`,
+                a Hugging Face model directory, or a timm `.safetensors` /
+                Google `.npz` file. A classifier preset gives its backbone.
+            image_size: int, tuple or `None`. Input size; another size than
+                the preset's resamples the position embeddings (the patch
+                size is kept). Defaults to the preset's.
+            load_weights: bool. `False` builds the architecture with random
+                weights. Defaults to `True`.
+
+        Returns:
+            A `ViTBackbone`.
+        """
+        from keras_vit import presets
+
+        return presets.load_preset(preset, target="backbone", image_size=image_size, load_weights=load_weights)
+
+    def save_to_preset(self, directory, **metadata):
+        """Save as a keras_vit preset: `config.json`, `model.weights.h5`, `metadata.json`.
+
+        The directory loads back with `from_preset(directory)` on any backend.
+
+        Args:
+            directory: str. Created if missing.
+            **metadata: Extra JSON fields for `metadata.json`.
+        """
+        from keras_vit import presets
+
+        presets.save_to_preset(self, directory, **metadata)
+
 
 def check_images_rank(images):
     """Raise a clear error for input that is not a 4-D batch of images.

@@ -137,6 +137,14 @@ class ViTClassifier(keras.Model):
             metrics = ["accuracy"]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
+    def compile_from_config(self, config):
+        # Keras does not re-compile a loaded model whose `compile` is
+        # overridden; ours takes the standard arguments, so restore it here
+        # and a loaded model resumes training with its optimizer state.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
     def get_config(self):
         return {
             "backbone": keras.saving.serialize_keras_object(self.backbone),
@@ -154,3 +162,49 @@ class ViTClassifier(keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)
+
+    # === Presets ===
+
+    @classmethod
+    def from_preset(cls, preset, image_size=None, num_classes=None, load_weights=True):
+        """Build a classifier from a pretrained preset.
+
+        Args:
+            preset: str. A registered name (`keras_vit.presets.list()`),
+                `"hf://org/repo"`, a directory written by `save_to_preset`,
+                a Hugging Face model directory, or a timm `.safetensors` /
+                Google `.npz` file.
+            image_size: int, tuple or `None`. Input size; another size than
+                the preset's resamples the position embeddings (the patch
+                size is kept). Defaults to the preset's.
+            num_classes: int or `None`. Replace the head by a new
+                zero-initialised one with this many classes (required for
+                presets without a head). Defaults to the preset's head.
+            load_weights: bool. `False` builds the architecture with random
+                weights. Defaults to `True`.
+
+        Returns:
+            A `ViTClassifier`.
+
+        Example:
+
+        >>> model = keras_vit.ViTClassifier.from_preset("vit_b16_in21k", num_classes=10, image_size=384)
+        """
+        from keras_vit import presets
+
+        return presets.load_preset(
+            preset, target="classifier", image_size=image_size, num_classes=num_classes, load_weights=load_weights
+        )
+
+    def save_to_preset(self, directory, **metadata):
+        """Save as a keras_vit preset: `config.json`, `model.weights.h5`, `metadata.json`.
+
+        The directory loads back with `from_preset(directory)` on any backend.
+
+        Args:
+            directory: str. Created if missing.
+            **metadata: Extra JSON fields for `metadata.json`.
+        """
+        from keras_vit import presets
+
+        presets.save_to_preset(self, directory, **metadata)

@@ -182,3 +182,13 @@ def test_bad_images_errors_name_the_fix(shape, message):
     model = keras_vit.ViTClassifier(keras_vit.ViTBackbone(**TINY), num_classes=3)
     with pytest.raises(ValueError, match=message):
         model.predict(np.zeros(shape, "float32"), verbose=0)
+
+
+def test_loaded_classifier_resumes_training_with_its_optimizer(tmp_path):
+    model = keras_vit.ViTClassifier.from_variant("Ti/16", **TINY, num_classes=3)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    images = np.random.default_rng(8).uniform(0, 255, size=(4, 8, 8, 3)).astype("float32")
+    model.fit(images, np.arange(4) % 3, epochs=2, verbose=0)
+    restored = save_and_reload(model, str(tmp_path))
+    assert int(to_numpy(restored.optimizer.iterations)) == int(to_numpy(model.optimizer.iterations)) == 2
+    restored.fit(images, np.arange(4) % 3, epochs=1, verbose=0)

@@ -1,0 +1,65 @@
+"""`keras-vit predict IMAGE --preset NAME`: classify an image with a pretrained preset."""
+
+
+def add_arguments(parser):
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image file(s) (JPEG, PNG, ...)")
+    parser.add_argument(
+        "--preset", required=True,
+        help="a preset name (see `keras-vit presets`), hf://org/repo, or a local preset / checkpoint path",
+    )
+    parser.add_argument("--top", type=int, default=5, help="how many classes to print (default: 5)")
+
+
+def load_image(path, image_size):
+    """Read an image as a float32 `(h, w, 3)` array in [0, 255], resized and center-cropped.
+
+    The shorter side is resized to the model's input size (bicubic), then the
+    center is cropped, so the whole object stays in view without distortion.
+    """
+    import numpy as np
+
+    try:
+        from PIL import Image
+    except ImportError as error:
+        raise ImportError("`keras-vit predict` reads images with Pillow: `pip install pillow`.") from error
+    height, width = image_size
+    with Image.open(path) as image:
+        image = image.convert("RGB")
+        scale = max(height / image.height, width / image.width)
+        resized = image.resize(
+            (max(width, round(image.width * scale)), max(height, round(image.height * scale))), Image.BICUBIC
+        )
+    top = (resized.height - height) // 2
+    left = (resized.width - width) // 2
+    return np.asarray(resized.crop((left, top, left + width, top + height)), dtype="float32")
+
+
+def run(args):
+    import os
+
+    import numpy as np
+
+    from keras_vit.models.vit_classifier import ViTClassifier
+    from keras_vit.presets.imagenet import decode_predictions
+
+    missing = [path for path in args.images if not os.path.exists(path)]
+    if missing:
+        print(f"error: no such image file: {', '.join(missing)}")
+        return 2
+    model = ViTClassifier.from_preset(args.preset)
+    image_size = tuple(model.backbone.image_size)
+    batch = np.stack([load_image(path, image_size) for path in args.images])
+    scores = np.asarray(model.predict(batch, verbose=0))
+    if model.activation is None:  # logits: report probabilities
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        scores /= scores.sum(-1, keepdims=True)
+    top = min(args.top, scores.shape[-1])
+    for path, row in zip(args.images, scores):
+        print(f"{path}:")
+        if scores.shape[-1] == 1000:
+            for rank, (synset, name, score) in enumerate(decode_predictions(row[None], top=top)[0], 1):
+                print(f"  {rank}. {name} ({synset}): {score:.4f}")
+        else:
+            for rank, index in enumerate(np.argsort(-row, kind="stable")[:top], 1):
+                print(f"  {rank}. class {index}: {row[index]:.4f}")
+    return 0

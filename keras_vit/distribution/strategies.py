@@ -1,0 +1,173 @@
+"""Ready-made distributions: keras.distribution on JAX, tf.distribute on TensorFlow."""
+
+import keras
+
+from keras_vit.distribution.layout import layout_map
+
+KINDS = ("data", "model")
+
+
+def _require_backend(expected, what, alternative):
+    backend = keras.backend.backend()
+    if backend != expected:
+        raise ValueError(
+            f"{what} needs KERAS_BACKEND={expected}. {alternative} Received: backend={backend!r}"
+        )
+
+
+def _devices(devices):
+    if devices is None:
+        return list(keras.distribution.list_devices())
+    devices = list(devices)
+    if not devices:
+        raise ValueError("`devices` must list at least one device. Received: devices=[]")
+    return devices
+
+
+def data_parallel(devices=None):
+    """A `keras.distribution.DataParallel` over the devices at hand (JAX).
+
+    Every device holds a full copy of the weights and a slice of each
+    batch; gradients are averaged across devices. The global batch size must
+    be divisible by the number of devices.
+
+    Args:
+        devices: list of device names (e.g. `["tpu:0", "tpu:1"]`) or `None`
+            for every device of every process
+            (`keras.distribution.list_devices()`). Defaults to `None`.
+
+    Returns:
+        A `keras.distribution.DataParallel`; use it with
+        `keras.distribution.set_distribution(...)` or `with distribution.scope():`
+        around building, compiling and fitting the model.
+    """
+    _require_backend(
+        "jax", "keras.distribution", "On TensorFlow use `keras_vit.distribution.tensorflow_strategy()`."
+    )
+    return keras.distribution.DataParallel(devices=_devices(devices))
+
+
+def model_parallel(model_parallelism=None, devices=None, batch_axis="batch", model_axis="model"):
+    """A `keras.distribution.ModelParallel` with the ViT layout map (JAX).
+
+    The devices form a 2-D mesh `(batch_axis, model_axis)` of shape
+    `(len(devices) // model_parallelism, model_parallelism)`: each weight
+    matched by `layout_map` is split over the model axis, and batches are
+    split over the batch axis.
+
+    Args:
+        model_parallelism: int or `None`. Devices a weight is split over.
+            `None` uses the devices of one host (JAX's local device count):
+            tensor parallelism over the fast links inside a host, data
+            parallelism across hosts. Defaults to `None`.
+        devices: list of device names or `None` for all devices. Defaults
+            to `None`.
+        batch_axis: str. Name of the data-parallel mesh axis. Defaults to
+            `"batch"`.
+        model_axis: str. Name of the model-parallel mesh axis. Defaults to
+            `"model"`.
+
+    Returns:
+        A `keras.distribution.ModelParallel`.
+
+    Example:
+
+    >>> distribution = keras_vit.distribution.model_parallel(model_parallelism=4)  # 8 devices: 2 x 4
+    >>> with distribution.scope():
+    ...     model = keras_vit.ViTClassifier.from_variant("ViT-H/14")
+    """
+    _require_backend(
+        "jax", "keras.distribution", "On TensorFlow use `keras_vit.distribution.tensorflow_strategy()` "
+        "(data parallel); model parallelism runs on JAX."
+    )
+    devices = _devices(devices)
+    if model_parallelism is None:
+        import jax
+
+        model_parallelism = min(jax.local_device_count(), len(devices))
+    if not isinstance(model_parallelism, int) or model_parallelism <= 0 or len(devices) % model_parallelism:
+        raise ValueError(
+            f"`model_parallelism` must be a positive int dividing the number of devices ({len(devices)}). "
+            f"Received: model_parallelism={model_parallelism!r}"
+        )
+    mesh = keras.distribution.DeviceMesh(
+        shape=(len(devices) // model_parallelism, model_parallelism),
+        axis_names=(batch_axis, model_axis),
+        devices=devices,
+    )
+    return keras.distribution.ModelParallel(layout_map=layout_map(mesh, model_axis), batch_dim_name=batch_axis)
+
+
+def tensorflow_strategy(devices=None, tpu=None):
+    """A `tf.distribute` strategy for data-parallel `model.fit` (TensorFlow).
+
+    Build, compile and fit the model inside `strategy.scope()`. Keras
+    splits each batch across replicas, sums the gradients and reports the
+    same loss as on one device.
+
+    Args:
+        devices: list of TensorFlow device names for `MirroredStrategy`, or
+            `None` for every GPU (or, without GPUs, every logical CPU).
+            Defaults to `None`.
+        tpu: str or `None`. When given, a `tf.distribute.TPUStrategy` on
+            that TPU: `"local"` on a TPU VM, the TPU's name or `grpc://`
+            address for a TPU node. The code path of `fit` is the same.
+            Defaults to `None`.
+
+    Returns:
+        A `tf.distribute.MirroredStrategy` or `tf.distribute.TPUStrategy`.
+    """
+    _require_backend(
+        "tensorflow", "tf.distribute", "On JAX use `keras_vit.distribution.data_parallel()` or `model_parallel()`."
+    )
+    import tensorflow as tf
+
+    if tpu is not None:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if devices is None:
+        devices = [device.name for device in tf.config.list_logical_devices("GPU")]
+        devices = devices or [device.name for device in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(devices=_devices(devices))
+
+
+def distribution_for_backend(kind, model_parallelism=None, tpu=None):
+    """The distribution of kind `"data"` or `"model"` for the current backend.
+
+    JAX: `data_parallel()` or `model_parallel(model_parallelism)`.
+    TensorFlow: `tensorflow_strategy(tpu=tpu)` for `"data"`; model
+    parallelism is JAX-only. PyTorch: Keras' `fit` has no multi-device
+    engine, so this raises and points to DistributedDataParallel.
+
+    Args:
+        kind: str. `"data"` or `"model"`.
+        model_parallelism: int or `None`. See `model_parallel`.
+        tpu: str or `None`. See `tensorflow_strategy`.
+
+    Returns:
+        An object with a `scope()` context manager: a
+        `keras.distribution.Distribution` or a `tf.distribute.Strategy`.
+        Build, compile and fit the model inside that scope.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return data_parallel() if kind == "data" else model_parallel(model_parallelism)
+    if backend == "tensorflow":
+        if kind == "model":
+            raise ValueError(
+                "Model parallelism (weights split across devices) runs on JAX through "
+                "keras.distribution: set KERAS_BACKEND=jax. On TensorFlow use kind='data' "
+                "(MirroredStrategy, or TPUStrategy with a TPU). Received: kind='model', backend='tensorflow'"
+            )
+        return tensorflow_strategy(tpu=tpu)
+    raise ValueError(
+        f"Keras' `fit` on the {backend} backend runs on one device: keras.distribution supports JAX and "
+        "tf.distribute supports TensorFlow. Use KERAS_BACKEND=jax (data or model parallel) or "
+        "KERAS_BACKEND=tensorflow (data parallel); for several GPUs with PyTorch, wrap the model in "
+        "torch.nn.parallel.DistributedDataParallel in your own training loop under torchrun "
+        f"(README, 'Scale-out'). Received: kind={kind!r}, backend={backend!r}"
+    )

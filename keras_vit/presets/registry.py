@@ -1,0 +1,180 @@
+"""The registry of pretrained presets: data only, nothing is built or downloaded here.
+
+Each preset names a checkpoint the ViT authors released, as it is published
+on the Hugging Face hub today:
+
+- the paper's original checkpoints (Dosovitskiy et al., 2021) in Hugging Face
+  `transformers` format under the `google` organisation;
+- the "How to train your ViT" (AugReg, Steiner et al., 2021) checkpoints in
+  timm safetensors format under the `timm` organisation, named
+  `timm/<architecture>.<tag>` exactly as timm's pretrained configs spell them.
+
+Fields of an entry:
+
+- `description`: one line for `keras-vit presets`.
+- `variant`, `image_size`: the architecture (`ViTBackbone.from_variant`).
+- `config`: constructor overrides the checkpoint needs (Hugging Face models
+  use LayerNorm epsilon 1e-12).
+- `num_classes`: classes of the released head, or `None` when the checkpoint
+  has no usable head (the original ImageNet-21k releases had their heads
+  zeroed); `class_names`: `"imagenet-1k"` for the 1000 ImageNet classes.
+- `pixel_mean`, `pixel_std`: preprocessing after scaling pixels to [0, 1].
+- `source` (`hf://org/repo`), `format` (`"huggingface"` or `"timm"`),
+  `revision` (a commit or ref on the hub; `None` means `main`), `sha256` of the
+  weights file where it could be read from the hub's published LFS pointer
+  (`None` otherwise: the download is then checked by size and file format).
+- `license`, `params`: parameter count of the model `from_preset` builds
+  (with the head when `num_classes` is set; the Hugging Face pooler of the
+  ImageNet-21k checkpoints is not part of it).
+
+The R50+ViT-B/16 hybrid preset is added once the hybrid backbone lands.
+"""
+
+_PAPER = "An Image is Worth 16x16 Words (Dosovitskiy et al., 2021)"
+_AUGREG = "How to train your ViT (Steiner et al., 2021)"
+_HF_CONFIG = {"layer_norm_epsilon": 1e-12}
+
+
+def _entry(variant, image_size, num_classes, source, fmt, params, description, revision=None, sha256=None):
+    return {
+        "description": description,
+        "variant": variant,
+        "image_size": image_size,
+        "config": dict(_HF_CONFIG) if fmt == "huggingface" else {},
+        "num_classes": num_classes,
+        "class_names": "imagenet-1k" if num_classes == 1000 else None,
+        "pixel_mean": 0.5,
+        "pixel_std": 0.5,
+        "source": source,
+        "format": fmt,
+        "revision": revision,
+        "sha256": sha256,
+        "license": "apache-2.0",
+        "params": params,
+    }
+
+
+def _original(variant, image_size, num_classes, repo, params, revision=None, sha256=None):
+    what = "pre-trained on ImageNet-21k, no head" if num_classes is None else (
+        f"ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at {image_size}")
+    return _entry(variant, image_size, num_classes, f"hf://google/{repo}", "huggingface", params,
+                  f"{variant} {what}; original checkpoint of {_PAPER}.", revision, sha256)
+
+
+def _augreg(variant, image_size, num_classes, timm_name, params, what):
+    return _entry(variant, image_size, num_classes, f"hf://timm/{timm_name}", "timm", params,
+                  f"{variant} {what}; AugReg checkpoint of {_AUGREG}.")
+
+
+PRESETS = {
+    # === Original checkpoints (google org, Hugging Face format) ===
+    "vit_b16_in21k": _original("ViT-B/16", 224, None, "vit-base-patch16-224-in21k", 85_798_656),
+    "vit_b32_in21k": _original("ViT-B/32", 224, None, "vit-base-patch32-224-in21k", 87_455_232),
+    # The L and H ImageNet-21k safetensors files: revision and checksum as the hub shows them.
+    "vit_l16_in21k": _original(
+        "ViT-L/16", 224, None, "vit-large-patch16-224-in21k", 303_301_632,
+        revision="6074eaf2211423e928c93b93ef773d5da618aa7e",
+        sha256="bb92f203dc94f76fa1eb2cd9e19016ab0cd8fef300da5cd2bf350800ef2a91b9",
+    ),
+    # model.safetensors of this repo exists only on the (unmerged) conversion pull request.
+    "vit_l32_in21k": _original(
+        "ViT-L/32", 224, None, "vit-large-patch32-224-in21k", 305_510_400,
+        revision="1170e42b7c584b04363ac5ad6b246001e8ba9113",
+        sha256="305888200ef5f4be58ab84ce2295f94188e035d720fb2faea1b0418fee848225",
+    ),
+    "vit_h14_in21k": _original(
+        "ViT-H/14", 224, None, "vit-huge-patch14-224-in21k", 630_764_800,
+        sha256="2c72388bf7e6e31fbdec2bbbbfbedc24c648acf79705b18186c4e74bc1f24bab",
+    ),
+    "vit_b16_in21k_ft_in1k": _original("ViT-B/16", 224, 1000, "vit-base-patch16-224", 86_567_656),
+    "vit_b16_in21k_ft_in1k_384": _original("ViT-B/16", 384, 1000, "vit-base-patch16-384", 86_859_496),
+    "vit_b32_in21k_ft_in1k_384": _original("ViT-B/32", 384, 1000, "vit-base-patch32-384", 88_297_192),
+    # model.safetensors of these three exists only on the hub's conversion pull requests.
+    "vit_l16_in21k_ft_in1k": _original(
+        "ViT-L/16", 224, 1000, "vit-large-patch16-224", 304_326_632,
+        revision="8041a8c7b0517e25d4cfa63f2e2e35b50b853386",
+        sha256="e145bac42eabd05431772b91c046920c901c2777817c5339d4e87aaaf2d6a3ce",
+    ),
+    "vit_l16_in21k_ft_in1k_384": _original(
+        "ViT-L/16", 384, 1000, "vit-large-patch16-384", 304_715_752, revision="refs/pr/1",
+    ),
+    "vit_l32_in21k_ft_in1k_384": _original(
+        "ViT-L/32", 384, 1000, "vit-large-patch32-384", 306_632_680,
+        revision="7cb790d8aa73dc7882e7190b95f2dbde837abe21",
+    ),
+    # === AugReg: ImageNet-21k pre-training with its 21,843-class head (timm org) ===
+    "vit_ti16_augreg_in21k": _augreg("ViT-Ti/16", 224, 21843, "vit_tiny_patch16_224.augreg_in21k", 9_740_115,
+                                     "pre-trained on ImageNet-21k (21,843-class head)"),
+    "vit_s32_augreg_in21k": _augreg("ViT-S/32", 224, 21843, "vit_small_patch32_224.augreg_in21k", 30_903_507,
+                                    "pre-trained on ImageNet-21k (21,843-class head)"),
+    "vit_s16_augreg_in21k": _augreg("ViT-S/16", 224, 21843, "vit_small_patch16_224.augreg_in21k", 30_075_219,
+                                    "pre-trained on ImageNet-21k (21,843-class head)"),
+    "vit_b32_augreg_in21k": _augreg("ViT-B/32", 224, 21843, "vit_base_patch32_224.augreg_in21k", 104_252_499,
+                                    "pre-trained on ImageNet-21k (21,843-class head)"),
+    "vit_b16_augreg_in21k": _augreg("ViT-B/16", 224, 21843, "vit_base_patch16_224.augreg_in21k", 102_595_923,
+                                    "pre-trained on ImageNet-21k (21,843-class head)"),
+    "vit_b8_augreg_in21k": _augreg("ViT-B/8", 224, 21843, "vit_base_patch8_224.augreg_in21k", 102_605_139,
+                                   "pre-trained on ImageNet-21k (21,843-class head)"),
+    "vit_l16_augreg_in21k": _augreg("ViT-L/16", 224, 21843, "vit_large_patch16_224.augreg_in21k", 325_690_707,
+                                    "pre-trained on ImageNet-21k (21,843-class head)"),
+    # === AugReg: ImageNet-21k pre-trained, fine-tuned on ImageNet-1k ===
+    "vit_ti16_augreg_in21k_ft_in1k": _augreg(
+        "ViT-Ti/16", 224, 1000, "vit_tiny_patch16_224.augreg_in21k_ft_in1k", 5_717_416,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 224"),
+    "vit_ti16_augreg_in21k_ft_in1k_384": _augreg(
+        "ViT-Ti/16", 384, 1000, "vit_tiny_patch16_384.augreg_in21k_ft_in1k", 5_790_376,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 384"),
+    "vit_s32_augreg_in21k_ft_in1k": _augreg(
+        "ViT-S/32", 224, 1000, "vit_small_patch32_224.augreg_in21k_ft_in1k", 22_878_952,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 224"),
+    "vit_s32_augreg_in21k_ft_in1k_384": _augreg(
+        "ViT-S/32", 384, 1000, "vit_small_patch32_384.augreg_in21k_ft_in1k", 22_915_432,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 384"),
+    "vit_s16_augreg_in21k_ft_in1k": _augreg(
+        "ViT-S/16", 224, 1000, "vit_small_patch16_224.augreg_in21k_ft_in1k", 22_050_664,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 224"),
+    "vit_s16_augreg_in21k_ft_in1k_384": _augreg(
+        "ViT-S/16", 384, 1000, "vit_small_patch16_384.augreg_in21k_ft_in1k", 22_196_584,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 384"),
+    "vit_b32_augreg_in21k_ft_in1k": _augreg(
+        "ViT-B/32", 224, 1000, "vit_base_patch32_224.augreg_in21k_ft_in1k", 88_224_232,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 224"),
+    "vit_b32_augreg_in21k_ft_in1k_384": _augreg(
+        "ViT-B/32", 384, 1000, "vit_base_patch32_384.augreg_in21k_ft_in1k", 88_297_192,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 384"),
+    "vit_b16_augreg_in21k_ft_in1k": _augreg(
+        "ViT-B/16", 224, 1000, "vit_base_patch16_224.augreg_in21k_ft_in1k", 86_567_656,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 224"),
+    "vit_b16_augreg_in21k_ft_in1k_384": _augreg(
+        "ViT-B/16", 384, 1000, "vit_base_patch16_384.augreg_in21k_ft_in1k", 86_859_496,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 384"),
+    "vit_b8_augreg_in21k_ft_in1k": _augreg(
+        "ViT-B/8", 224, 1000, "vit_base_patch8_224.augreg_in21k_ft_in1k", 86_576_872,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 224"),
+    "vit_l16_augreg_in21k_ft_in1k": _augreg(
+        "ViT-L/16", 224, 1000, "vit_large_patch16_224.augreg_in21k_ft_in1k", 304_326_632,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 224"),
+    "vit_l16_augreg_in21k_ft_in1k_384": _augreg(
+        "ViT-L/16", 384, 1000, "vit_large_patch16_384.augreg_in21k_ft_in1k", 304_715_752,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 384"),
+    # Re-fine-tuned by timm's author from the same ImageNet-21k weights (timm tag augreg2).
+    "vit_b16_augreg2_in21k_ft_in1k": _augreg(
+        "ViT-B/16", 224, 1000, "vit_base_patch16_224.augreg2_in21k_ft_in1k", 86_567_656,
+        "ImageNet-21k pre-trained, re-fine-tuned on ImageNet-1k at 224 (timm augreg2)"),
+    "vit_b8_augreg2_in21k_ft_in1k": _augreg(
+        "ViT-B/8", 224, 1000, "vit_base_patch8_224.augreg2_in21k_ft_in1k", 86_576_872,
+        "ImageNet-21k pre-trained, re-fine-tuned on ImageNet-1k at 224 (timm augreg2)"),
+    # === AugReg: trained on ImageNet-1k only ===
+    "vit_s16_augreg_in1k": _augreg("ViT-S/16", 224, 1000, "vit_small_patch16_224.augreg_in1k", 22_050_664,
+                                   "pre-trained and fine-tuned on ImageNet-1k only, at 224"),
+    "vit_s16_augreg_in1k_384": _augreg("ViT-S/16", 384, 1000, "vit_small_patch16_384.augreg_in1k", 22_196_584,
+                                       "pre-trained and fine-tuned on ImageNet-1k only, at 384"),
+    "vit_b32_augreg_in1k": _augreg("ViT-B/32", 224, 1000, "vit_base_patch32_224.augreg_in1k", 88_224_232,
+                                   "pre-trained and fine-tuned on ImageNet-1k only, at 224"),
+    "vit_b32_augreg_in1k_384": _augreg("ViT-B/32", 384, 1000, "vit_base_patch32_384.augreg_in1k", 88_297_192,
+                                       "pre-trained and fine-tuned on ImageNet-1k only, at 384"),
+    "vit_b16_augreg_in1k": _augreg("ViT-B/16", 224, 1000, "vit_base_patch16_224.augreg_in1k", 86_567_656,
+                                   "pre-trained and fine-tuned on ImageNet-1k only, at 224"),
+    "vit_b16_augreg_in1k_384": _augreg("ViT-B/16", 384, 1000, "vit_base_patch16_384.augreg_in1k", 86_859_496,
+                                       "pre-trained and fine-tuned on ImageNet-1k only, at 384"),
+}

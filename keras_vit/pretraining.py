@@ -1,0 +1,108 @@
+"""Masked patch prediction recipes: pre-train a backbone, load it for fine-tuning."""
+
+import time
+
+import keras
+import numpy as np
+
+from keras_vit.models.masked_patch_predictor import MaskedPatchPredictor
+from keras_vit.models.vit_backbone import ViTBackbone
+from keras_vit.models.vit_classifier import ViTClassifier
+from keras_vit.training import DIGITS_MODEL, build_optimizer
+
+
+def build_digits_predictor(seed=0, target="mean_color", corruption_rate=0.5, mask_rate=0.8,
+                           random_rate=0.1, color_bits=3, **overrides):
+    """A `MaskedPatchPredictor` around the digits demo's backbone (`DIGITS_MODEL`).
+
+    Args:
+        seed: int. Seeds the weights and the corruption. Defaults to `0`.
+        target, corruption_rate, mask_rate, random_rate, color_bits: see
+            `MaskedPatchPredictor`.
+        **overrides: Replace `DIGITS_MODEL` entries (backbone arguments).
+
+    Returns:
+        A `MaskedPatchPredictor`.
+    """
+    keras.utils.set_random_seed(seed)
+    config = {**DIGITS_MODEL, **overrides}
+    backbone = ViTBackbone.from_variant(config.pop("variant"), **config)
+    return MaskedPatchPredictor(
+        backbone, corruption_rate=corruption_rate, mask_rate=mask_rate, random_rate=random_rate,
+        target=target, color_bits=color_bits, seed=seed,
+    )
+
+
+def pretrain_predictor(
+    predictor,
+    images,
+    validation_images=None,
+    epochs=60,
+    batch_size=64,
+    learning_rate=1e-3,
+    weight_decay=0.05,
+    seed=0,
+    verbose=1,
+):
+    """Compile and fit a `MaskedPatchPredictor` on unlabeled images.
+
+    Args:
+        predictor: `MaskedPatchPredictor`.
+        images: array `(n, height, width, channels)` of raw pixels.
+        validation_images: optional held-out images; their masked patch loss
+            and accuracy are reported. Defaults to `None`.
+        epochs: int. Defaults to `60`.
+        batch_size: int. Defaults to `64`.
+        learning_rate: float. Peak AdamW learning rate (linear warm-up,
+            cosine decay). Defaults to `1e-3`.
+        weight_decay: float. Defaults to `0.05`.
+        seed: int. Seeds Keras, numpy and the backend. Defaults to `0`.
+        verbose: int. Keras progress-bar mode. Defaults to `1`.
+
+    Returns:
+        A dict with the last epoch's `loss` (and `accuracy` for class
+        targets), `seconds` of fitting, the Keras `history`, and
+        `validation` (a dict of held-out metrics, or `None`).
+    """
+    keras.utils.set_random_seed(seed)
+    steps = epochs * int(np.ceil(len(images) / batch_size))
+    predictor.compile(optimizer=build_optimizer(learning_rate, weight_decay, steps))
+    start = time.perf_counter()
+    history = predictor.fit(images, epochs=epochs, batch_size=batch_size, verbose=verbose)
+    seconds = time.perf_counter() - start
+    result = {name: float(values[-1]) for name, values in history.history.items()}
+    result.update(seconds=seconds, history=history, validation=None)
+    if validation_images is not None:
+        result["validation"] = {
+            name: float(value)
+            for name, value in predictor.evaluate(validation_images, batch_size=256, verbose=0, return_dict=True).items()
+        }
+    return result
+
+
+def load_pretrained_backbone(path):
+    """The `ViTBackbone` inside a `.keras` file, ready for a classifier.
+
+    Accepts a saved `MaskedPatchPredictor` (from `keras-vit pretrain`), a
+    saved `ViTClassifier`, or a saved `ViTBackbone`.
+
+    Args:
+        path: str. Path of a `.keras` file.
+
+    Returns:
+        A `ViTBackbone` with the saved weights.
+    """
+    if not str(path).endswith(".keras"):
+        raise ValueError(
+            "A pre-trained model is read from a `.keras` file, as written by "
+            f"`keras-vit pretrain --save`. Received: path={path!r}"
+        )
+    model = keras.saving.load_model(path, compile=False)
+    if isinstance(model, (MaskedPatchPredictor, ViTClassifier)):
+        return model.backbone
+    if isinstance(model, ViTBackbone):
+        return model
+    raise ValueError(
+        f"{path!r} holds a {type(model).__name__}, not a MaskedPatchPredictor, "
+        "ViTClassifier or ViTBackbone. Save one of those with `model.save(...)`."
+    )

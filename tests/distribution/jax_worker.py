@@ -1,0 +1,98 @@
+"""Child process of test_jax_distribution.py: fit on 1 and on 8 virtual CPU devices.
+
+XLA reads `--xla_force_host_platform_device_count` once, when JAX starts, so
+this runs in its own interpreter. It trains the same small hybrid ViT (a conv
+stem, one Transformer block, a pre-logits layer and a head) from the same
+initial weights three times -- on one device, under DataParallel over 8
+devices, and under ModelParallel on a 2x4 mesh -- and prints one JSON line
+with the losses and, for every model and optimizer variable, its global
+shape, partition spec and the shape of the shard on one device.
+"""
+
+import contextlib
+import json
+import os
+import sys
+
+os.environ["KERAS_BACKEND"] = "jax"
+# The 8 virtual devices are threads of this process; on a loaded machine one
+# can reach a collective much later than the others, and XLA's CPU runtime
+# aborts a collective after 40 s by default. Allow far more.
+os.environ["XLA_FLAGS"] = " ".join([
+    os.environ.get("XLA_FLAGS", ""),
+    "--xla_force_host_platform_device_count=8",
+    "--xla_cpu_collective_timeout_seconds=900",
+    "--xla_cpu_collective_call_terminate_timeout_seconds=900",
+]).strip()
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from keras_vit import ViTBackbone, ViTClassifier  # noqa: E402
+from keras_vit import distribution as vit_distribution  # noqa: E402
+
+EPOCHS = 3
+BATCH_SIZE = 16  # divisible by the 8 data shards of DataParallel and the 2 of the 2x4 mesh
+
+
+def build_model():
+    # A conv stem stands in for a hybrid's ResNet: its kernel must be split too.
+    stem = keras.Sequential([keras.layers.Conv2D(8, 3, padding="same", name="stem_conv")], name="stem")
+    backbone = ViTBackbone(
+        image_size=8, patch_size=2, num_channels=1, hidden_dim=32, num_layers=1, num_heads=4, mlp_dim=64,
+        stem=stem,
+    )
+    return ViTClassifier(backbone, num_classes=10, representation_size=16)
+
+
+def describe(variable):
+    value = variable.value
+    spec = list(value.sharding.spec) if hasattr(value.sharding, "spec") else []
+    spec = spec + [None] * (len(value.shape) - len(spec))
+    return {
+        "shape": list(value.shape),
+        "spec": [None if axis is None else str(axis) for axis in spec],
+        "shard_shape": list(value.addressable_shards[0].data.shape),
+        "num_devices": len(value.sharding.device_set),
+    }
+
+
+def train(initial_weights, images, labels, distribution):
+    scope = distribution.scope() if distribution is not None else contextlib.nullcontext()
+    with scope:
+        model = build_model()
+        model.set_weights(initial_weights)
+        model.compile(optimizer=keras.optimizers.AdamW(learning_rate=1e-2))
+        history = model.fit(images, labels, batch_size=BATCH_SIZE, epochs=EPOCHS, shuffle=False, verbose=0)
+    result = {
+        "losses": [float(loss) for loss in history.history["loss"]],
+        "weights": {variable.path: describe(variable) for variable in model.weights},
+        "optimizer": {variable.path: describe(variable) for variable in model.optimizer.variables},
+    }
+    if distribution is not None:
+        result["mesh"] = {"shape": list(distribution.device_mesh.shape),
+                          "axis_names": list(distribution.device_mesh.axis_names)}
+    return result
+
+
+def main():
+    rng = np.random.default_rng(0)
+    images = rng.uniform(0.0, 255.0, size=(32, 8, 8, 1)).astype("float32")
+    labels = rng.integers(0, 10, size=32)
+    keras.utils.set_random_seed(0)
+    initial_weights = [np.asarray(weight) for weight in build_model().get_weights()]
+    report = {
+        "device_count": jax.device_count(),
+        "one_device": train(initial_weights, images, labels, None),
+        "data_parallel": train(initial_weights, images, labels, vit_distribution.data_parallel()),
+        "model_parallel": train(
+            initial_weights, images, labels, vit_distribution.model_parallel(model_parallelism=4)
+        ),
+    }
+    print("RESULT " + json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Child process of test_tf_distribution.py: fit on one and on two logical CPUs.
+
+TensorFlow fixes its logical devices when it first touches the CPU, so
+this runs in its own interpreter. It trains the same small ViT from the same
+initial weights on one device and under `tf.distribute.MirroredStrategy`
+over two logical CPU devices, and prints one JSON line with the losses and
+how the variables are held.
+"""
+
+import contextlib
+import json
+import os
+import sys
+
+os.environ["KERAS_BACKEND"] = "tensorflow"
+
+import tensorflow as tf  # noqa: E402
+
+_cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from keras_vit import ViTClassifier  # noqa: E402
+from keras_vit import distribution as vit_distribution  # noqa: E402
+
+EPOCHS = 3
+BATCH_SIZE = 16
+CONFIG = {"image_size": 8, "patch_size": 2, "num_channels": 1, "hidden_dim": 32, "num_layers": 1,
+          "num_heads": 4, "mlp_dim": 64, "num_classes": 10}
+
+
+def train(initial_weights, images, labels, strategy):
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = ViTClassifier.from_variant("ViT-Ti/16", **CONFIG)
+        model.set_weights(initial_weights)
+        model.compile(optimizer=keras.optimizers.AdamW(learning_rate=1e-2))
+        history = model.fit(images, labels, batch_size=BATCH_SIZE, epochs=EPOCHS, shuffle=False, verbose=0)
+    return {
+        "losses": [float(loss) for loss in history.history["loss"]],
+        "variable_types": sorted({type(variable.value).__name__ for variable in model.weights}),
+        # Where the copies of each variable live (one per replica).
+        "replica_devices": sorted(
+            {component.device for variable in model.weights
+             for component in (strategy or tf.distribute.get_strategy()).experimental_local_results(variable.value)}
+        ),
+    }
+
+
+def main():
+    rng = np.random.default_rng(0)
+    # 40 images: the last batch of 8 is smaller than the others, as in real data.
+    images = rng.uniform(0.0, 255.0, size=(40, 8, 8, 1)).astype("float32")
+    labels = rng.integers(0, 10, size=40)
+    keras.utils.set_random_seed(0)
+    initial_weights = [np.asarray(w) for w in ViTClassifier.from_variant("ViT-Ti/16", **CONFIG).get_weights()]
+    strategy = vit_distribution.tensorflow_strategy(devices=["/cpu:0", "/cpu:1"])
+    report = {
+        "logical_cpus": len(tf.config.list_logical_devices("CPU")),
+        "num_replicas": strategy.num_replicas_in_sync,
+        "one_device": train(initial_weights, images, labels, None),
+        "mirrored": train(initial_weights, images, labels, strategy),
+    }
+    print("RESULT " + json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

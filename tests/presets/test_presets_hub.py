@@ -1,0 +1,220 @@
+"""The download path, offline: a local mirror in the hub's layout served through the one network seam."""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.presets import hub
+from keras_vit.presets.registry import PRESETS
+from tests.presets.preset_helpers import http_response, images, tiny_classifier, to_numpy
+
+TIMM_FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "timm", "cls_token")
+
+
+def softmax(logits):
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def register(monkeypatch, name, source, fmt, num_classes, params, image_size=16, sha256=None, revision=None):
+    entry = {
+        "description": "test entry", "variant": "ViT-Ti/16", "image_size": image_size, "config": {},
+        "num_classes": num_classes, "class_names": None, "pixel_mean": 0.5, "pixel_std": 0.5,
+        "source": source, "format": fmt, "revision": revision, "sha256": sha256, "license": "apache-2.0",
+        "params": params,
+    }
+    monkeypatch.setitem(PRESETS, name, entry)
+    return entry
+
+
+@pytest.fixture
+def timm_repo(mirror):
+    """timm's tiny ViT (made by timm 1.0.31, tests/fixtures/timm) published as timm/<arch>.<tag>."""
+    repo = mirror.repo("timm/vit_tiny_test.augreg_in21k_ft_in1k")
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(TIMM_FIXTURE, name), repo)
+    return repo
+
+
+# A 2-block, width-16, 4x4-patch ViT on 16x16 images with 5 classes: parameters by arithmetic.
+TIMM_TINY_PARAMS = (4 * 4 * 3 * 16 + 16) + 16 + 17 * 16 + 2 * (
+    4 * 16 + 3 * 16 * 16 + 3 * 16 + 16 * 16 + 16 + 2 * 16 * 32 + 32 + 16) + 2 * 16 + (16 * 5 + 5)
+
+
+def test_timm_checkpoint_through_the_mirror_matches_timm(monkeypatch, mirror, timm_repo, isolated_cache):
+    register(monkeypatch, "vit_test_timm", "hf://timm/vit_tiny_test.augreg_in21k_ft_in1k", "timm", 5,
+             TIMM_TINY_PARAMS)
+    reference = np.load(os.path.join(TIMM_FIXTURE, "reference.npz"), allow_pickle=False)
+    model = keras_vit.ViTClassifier.from_preset("vit_test_timm")
+    x = reference["images"].astype("float32")
+    np.testing.assert_allclose(to_numpy(model(x)), softmax(reference["logits"]), atol=1e-5)
+    assert {call[1] for call in mirror.calls} == {"config.json", "model.safetensors"}
+    cached = isolated_cache / "timm" / "vit_tiny_test.augreg_in21k_ft_in1k" / "main" / "model.safetensors"
+    assert cached.exists() and json.loads((cached.parent / "model.safetensors.complete").read_text())["size"] == (
+        os.path.getsize(os.path.join(TIMM_FIXTURE, "model.safetensors")))
+
+    # Second load: served from the cache, no download.
+    calls = len(mirror.calls)
+    bigger = keras_vit.ViTClassifier.from_preset("vit_test_timm", image_size=24)
+    assert len(mirror.calls) == calls
+    resampled = np.load(os.path.join(TIMM_FIXTURE, "reference_24x24.npz"), allow_pickle=False)
+    # timm resampled the same checkpoint to 24x24 (resample_abs_pos_embed): same logits.
+    np.testing.assert_allclose(to_numpy(bigger(resampled["images"].astype("float32"))),
+                               softmax(resampled["logits"]), atol=1e-5)
+
+    backbone = keras_vit.ViTBackbone.from_preset("hf://timm/vit_tiny_test.augreg_in21k_ft_in1k")
+    np.testing.assert_allclose(to_numpy(backbone(x)), reference["features"], atol=1e-5)
+
+
+@pytest.mark.slow  # imports torch and transformers
+def test_huggingface_checkpoint_through_the_mirror_matches_transformers(monkeypatch, mirror):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=24, num_hidden_layers=2,
+                                    num_attention_heads=2, intermediate_size=32, num_labels=1000)
+    reference = transformers.ViTForImageClassification(config).eval()
+    with torch.no_grad():  # a random, non-zero head so the comparison means something
+        reference.classifier.weight.normal_(0, 0.2)
+    reference.save_pretrained(mirror.repo("google/vit-test-patch8-32"))
+    backbone_reference = transformers.ViTModel(config, add_pooling_layer=True).eval()
+    backbone_reference.save_pretrained(mirror.repo("google/vit-test-patch8-32-in21k"))
+
+    # 2 blocks of width 24, MLP 32, 16 patches of 8x8x3; + a 1000-class head. By arithmetic.
+    width, mlp = 24, 32
+    body = (8 * 8 * 3 * width + width) + width + 17 * width + 2 * (
+        4 * width + 3 * width * width + 3 * width + width * width + width + 2 * width * mlp + mlp + width) + 2 * width
+    register(monkeypatch, "vit_test_hf", "hf://google/vit-test-patch8-32", "huggingface", 1000,
+             body + width * 1000 + 1000, image_size=32)
+    register(monkeypatch, "vit_test_hf_in21k", "hf://google/vit-test-patch8-32-in21k", "huggingface", None,
+             body, image_size=32)
+
+    x = images(2, 32)
+    pixels = torch.tensor((x / 255.0 - 0.5) / 0.5).permute(0, 3, 1, 2)  # the HF processor's normalisation
+    with torch.no_grad():
+        logits = reference(pixel_values=pixels).logits.numpy()
+        hidden = backbone_reference(pixel_values=pixels).last_hidden_state.numpy()
+
+    model = keras_vit.ViTClassifier.from_preset("vit_test_hf")
+    assert model.backbone.layer_norm_epsilon == config.layer_norm_eps
+    np.testing.assert_allclose(to_numpy(model(x)), softmax(logits), atol=1e-5)
+    backbone = keras_vit.ViTBackbone.from_preset("vit_test_hf_in21k")
+    np.testing.assert_allclose(to_numpy(backbone(x)), hidden, atol=1e-4)
+    # An ImageNet-21k backbone preset takes a new head for fine-tuning.
+    fine_tune = keras_vit.ViTClassifier.from_preset("vit_test_hf_in21k", num_classes=10)
+    np.testing.assert_allclose(to_numpy(fine_tune(x)), np.full((2, 10), 0.1), atol=1e-6)
+
+
+def test_keras_vit_preset_on_the_hub(mirror):
+    model = tiny_classifier()
+    model.save_to_preset(mirror.repo("someone/tiny-vit"))
+    loaded = keras_vit.ViTClassifier.from_preset("hf://someone/tiny-vit@v1")
+    x = images()
+    np.testing.assert_array_equal(to_numpy(loaded(x)), to_numpy(model(x)))
+    assert sorted(call[1] for call in mirror.calls) == ["config.json", "metadata.json", "model.weights.h5"]
+    assert {call[2] for call in mirror.calls} == {"v1"}
+
+
+def test_checksum_mismatch_and_match(monkeypatch, mirror, timm_repo, isolated_cache):
+    register(monkeypatch, "vit_test_bad_sum", "hf://timm/vit_tiny_test.augreg_in21k_ft_in1k", "timm", 5,
+             TIMM_TINY_PARAMS, sha256="0" * 64)
+    with pytest.raises(ValueError, match=r"Checksum mismatch for 'model.safetensors' .*expected SHA-256 0{64}, got"):
+        keras_vit.ViTClassifier.from_preset("vit_test_bad_sum")
+    assert not list(isolated_cache.rglob("model.safetensors"))  # nothing bad is cached
+
+    with open(os.path.join(timm_repo, "model.safetensors"), "rb") as file:
+        digest = hashlib.sha256(file.read()).hexdigest()  # what the hub's LFS pointer publishes
+    register(monkeypatch, "vit_test_good_sum", "hf://timm/vit_tiny_test.augreg_in21k_ft_in1k", "timm", 5,
+             TIMM_TINY_PARAMS, sha256=digest)
+    assert keras_vit.ViTClassifier.from_preset("vit_test_good_sum").num_classes == 5
+
+
+def test_checkpoint_that_does_not_match_its_registry_entry(monkeypatch, mirror, timm_repo):
+    register(monkeypatch, "vit_test_changed", "hf://timm/vit_tiny_test.augreg_in21k_ft_in1k", "timm", 5,
+             TIMM_TINY_PARAMS + 1)
+    with pytest.raises(ValueError, match=f"has {TIMM_TINY_PARAMS:,} parameters where the registry expects {TIMM_TINY_PARAMS + 1:,}"):
+        keras_vit.ViTClassifier.from_preset("vit_test_changed")
+
+
+def _hub_error(name, status):
+    from huggingface_hub import errors
+
+    return getattr(errors, name)(f"{status} Client Error", response=http_response(status, "timm/x"))
+
+
+DOWNLOAD_FAILURES = [
+    (lambda: __import__("httpx2").ConnectError("[Errno 101] Network is unreachable"), ConnectionError,
+     "Could not reach the Hugging Face hub to download 'config.json' of https://huggingface.co/timm/x"),
+    (lambda: __import__("huggingface_hub").errors.LocalEntryNotFoundError("connection error"), ConnectionError,
+     "Check your internet connection or proxy"),
+    (lambda: _hub_error("RepositoryNotFoundError", 401), PermissionError,
+     r"refused access to https://huggingface.co/timm/x \(HTTP 401\).*hf auth login"),
+    (lambda: _hub_error("HfHubHTTPError", 403), PermissionError, r"HTTP 403"),
+    (lambda: _hub_error("GatedRepoError", 403), PermissionError, r"restricted \(HTTP 403: gated repository\)"),
+    (lambda: _hub_error("HfHubHTTPError", 503), ConnectionError, "answered HTTP 503"),
+]
+
+
+def test_download_failures_say_what_to_do(mirror):
+    for failure, kind, message in DOWNLOAD_FAILURES:
+        mirror.fail = failure()
+        with pytest.raises(kind, match=message):
+            keras_vit.ViTClassifier.from_preset("hf://timm/x")
+
+
+def test_missing_file_and_missing_repo(mirror):
+    mirror.repo("someone/empty")
+    with pytest.raises(FileNotFoundError, match="https://huggingface.co/someone/empty has no file 'config.json'"):
+        keras_vit.ViTClassifier.from_preset("hf://someone/empty")
+    with pytest.raises(PermissionError, match="does not exist, is private, or needs authentication"):
+        keras_vit.ViTClassifier.from_preset("hf://someone/nothing-here")
+
+
+def test_half_written_cache_entry_is_downloaded_again(mirror, timm_repo, isolated_cache):
+    repo_id = "timm/vit_tiny_test.augreg_in21k_ft_in1k"
+    path = hub.fetch(repo_id, "model.safetensors")
+    good = open(path, "rb").read()
+    # An interrupted run: a truncated file and no completion record.
+    with open(path, "wb") as file:
+        file.write(good[:100])
+    os.remove(path + ".complete")
+    with pytest.warns(UserWarning, match="is incomplete .*removing it and downloading it again"):
+        again = hub.fetch(repo_id, "model.safetensors")
+    assert open(again, "rb").read() == good and len(mirror.calls) == 2
+    # A record that disagrees with the file (file replaced after the record was written).
+    with open(path, "ab") as file:
+        file.write(b"junk")
+    with pytest.warns(UserWarning, match="is incomplete"):
+        hub.fetch(repo_id, "model.safetensors")
+    assert open(path, "rb").read() == good
+    # A complete entry is used as is.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hub.fetch(repo_id, "model.safetensors")
+    assert len(mirror.calls) == 3
+    # Half-written and offline: the error says the download failed, and the bad file is gone.
+    os.remove(path + ".complete")
+    mirror.fail = __import__("httpx2").ConnectError("offline")
+    with pytest.warns(UserWarning, match="is incomplete"), pytest.raises(ConnectionError, match="Could not reach"):
+        hub.fetch(repo_id, "model.safetensors")
+    assert not os.path.exists(path)
+
+
+def test_missing_huggingface_hub_is_explained(monkeypatch):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # `import huggingface_hub` now fails
+    with pytest.raises(ImportError, match=r"needs the `huggingface_hub` package.*pip install huggingface_hub"):
+        keras_vit.ViTClassifier.from_preset("hf://timm/x")
+
+
+def test_cache_lives_under_keras_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("KERAS_VIT_CACHE")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "kh"))
+    assert hub.cache_dir() == os.path.join(str(tmp_path / "kh"), "keras_vit", "hub")
+    assert keras_vit.presets.cache_dir() == hub.cache_dir()

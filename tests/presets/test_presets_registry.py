@@ -1,0 +1,159 @@
+"""The registry as data: well-formed entries and parameter counts checked by building each model."""
+
+import re
+
+import keras
+import pytest
+
+import keras_vit
+from keras_vit.models.variants import MODEL_SIZES
+from keras_vit.presets import hub
+from keras_vit.presets.registry import PRESETS
+
+# Parameter counts of timm 1.0.31 (random init), copied from STYLE.md: the
+# independent anchor of the arithmetic below.
+TIMM_FIGURES = {
+    ("B", 16, 224, 1000): 86_567_656,
+    ("Ti", 16, 224, 1000): 5_717_416,
+    ("S", 16, 224, 1000): 22_050_664,
+    ("S", 32, 224, 1000): 22_878_952,
+    ("B", 32, 224, 1000): 88_224_232,
+    ("B", 8, 224, 1000): 86_576_872,
+    ("L", 16, 224, 1000): 304_326_632,
+    ("L", 32, 224, None): 305_510_400,
+    ("H", 14, 224, None): 630_764_800,
+}
+# Table 1 of the paper: width, depth, MLP size (written out again, not read from our variants table).
+PAPER_TABLE_1 = {"Ti": (192, 12, 768), "S": (384, 12, 1536), "B": (768, 12, 3072), "L": (1024, 24, 4096),
+                 "H": (1280, 32, 5120)}
+
+
+def vit_parameter_count(size, patch, image, num_classes, channels=3):
+    """Parameters of a class-token ViT by arithmetic: embedding, blocks, final norm, head."""
+    width, depth, mlp = PAPER_TABLE_1[size]
+    tokens = (image // patch) ** 2 + 1
+    embedding = patch * patch * channels * width + width + width + tokens * width  # projection, cls, positions
+    attention = width * 3 * width + 3 * width + width * width + width
+    block = 2 * 2 * width + attention + width * mlp + mlp + mlp * width + width
+    head = width * num_classes + num_classes if num_classes else 0
+    return embedding + depth * block + 2 * width + head
+
+
+def _parse(entry):
+    match = re.match(r"ViT-(Ti|S|B|L|H)/(\d+)$", entry["variant"])
+    return match.group(1), int(match.group(2))
+
+
+def test_arithmetic_reproduces_timm_figures():
+    for (size, patch, image, classes), expected in TIMM_FIGURES.items():
+        assert vit_parameter_count(size, patch, image, classes) == expected, (size, patch)
+
+
+def test_paper_table_matches_variants_table():
+    for size, (width, depth, mlp) in PAPER_TABLE_1.items():
+        assert (MODEL_SIZES[size]["hidden_dim"], MODEL_SIZES[size]["num_layers"], MODEL_SIZES[size]["mlp_dim"]) == (
+            width, depth, mlp)
+
+
+def _check_entry(name):
+    entry = PRESETS[name]
+    size, patch = _parse(entry)
+    assert re.fullmatch(r"vit_(ti|s|b|l|h)\d+_[a-z0-9_]+", name)
+    assert name.startswith(f"vit_{size.lower()}{patch}_")
+    assert entry["image_size"] in (224, 384) and (entry["image_size"] == 384) == name.endswith("_384")
+    assert entry["format"] in ("huggingface", "timm")
+    org = "google" if entry["format"] == "huggingface" else "timm"
+    assert re.fullmatch(rf"hf://{org}/[\w.-]+", entry["source"])
+    if entry["format"] == "timm":  # timm's own hub naming: timm/<architecture>.<tag>
+        names = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "H": "huge"}
+        arch = f"vit_{names[size]}_patch{patch}_{entry['image_size']}"
+        assert entry["source"].startswith(f"hf://timm/{arch}.augreg")
+    assert entry["sha256"] is None or re.fullmatch(r"[0-9a-f]{64}", entry["sha256"])
+    assert entry["revision"] is None or re.fullmatch(r"[0-9a-f]{40}|refs/pr/\d+", entry["revision"])
+    assert entry["num_classes"] in (None, 1000, 21843)
+    assert (entry["class_names"] == "imagenet-1k") == (entry["num_classes"] == 1000)
+    assert ("in21k" in name and "ft_in1k" not in name) == (entry["num_classes"] in (None, 21843))
+    assert entry["license"] == "apache-2.0" and entry["description"] and "\n" not in entry["description"]
+    assert entry["pixel_mean"] == 0.5 and entry["pixel_std"] == 0.5
+    assert entry["params"] == vit_parameter_count(size, patch, entry["image_size"], entry["num_classes"])
+
+
+def test_every_entry_is_well_formed():
+    # One test over the whole table (not one per entry): each test pays for a Keras session reset.
+    for name in sorted(PRESETS):
+        try:
+            _check_entry(name)
+        except AssertionError as error:
+            raise AssertionError(f"registry entry {name!r}: {error}") from error
+
+
+def test_covers_every_released_size():
+    sizes = {_parse(entry)[0] for entry in PRESETS.values()}
+    assert sizes == {"Ti", "S", "B", "L", "H"}
+    assert {"vit_b16_in21k", "vit_b16_in21k_ft_in1k", "vit_b16_in21k_ft_in1k_384", "vit_h14_in21k"} <= set(PRESETS)
+
+
+def test_list_and_get():
+    names = keras_vit.presets.list()
+    assert names == sorted(PRESETS) and len(names) == len(PRESETS)
+    assert set(keras_vit.presets.list(with_head=False)) == {n for n in names if PRESETS[n]["num_classes"] is None}
+    entry = keras_vit.presets.get("vit_b16_in21k_ft_in1k")
+    entry["params"] = 0  # a copy: the registry is unchanged
+    assert PRESETS["vit_b16_in21k_ft_in1k"]["params"] == 86_567_656
+    with pytest.raises(ValueError, match="Unknown preset 'vit_z1'"):
+        keras_vit.presets.get("vit_z1")
+
+
+@pytest.fixture(scope="module")
+def count_preset():
+    """Count a preset's parameters by building it without weights; each distinct architecture once.
+
+    Models are built inside `keras.StatelessScope(initialize_variables=False)`,
+    where Keras defers variable initialisation: the full architecture (every
+    layer and variable shape) is constructed, but no memory is filled, so even
+    ViT-H takes seconds. The never-initialised variables are dropped from
+    Keras' global state afterwards so no later scope initialises them.
+    """
+    by_architecture = {}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"unexpected download: {args}")
+
+    def count(name):
+        entry = PRESETS[name]
+        key = (entry["variant"], entry["image_size"], entry["num_classes"])
+        if key not in by_architecture:
+            original, hub._download_file = hub._download_file, refuse
+            try:
+                with keras.StatelessScope(initialize_variables=False):
+                    if entry["num_classes"] is None:
+                        model = keras_vit.ViTBackbone.from_preset(name, load_weights=False)
+                        assert isinstance(model, keras_vit.ViTBackbone)
+                    else:
+                        model = keras_vit.ViTClassifier.from_preset(name, load_weights=False)
+                        assert model.num_classes == entry["num_classes"]
+                    assert tuple(model.input_shape[1:]) == (entry["image_size"], entry["image_size"], 3)
+                    by_architecture[key] = model.count_params()
+            finally:
+                hub._download_file = original
+        return by_architecture[key]
+
+    yield count
+    keras.utils.clear_session(free_memory=False)
+
+
+def _check_counts(count_preset, sizes):
+    names = [name for name in sorted(PRESETS) if _parse(PRESETS[name])[0] in sizes]
+    assert names
+    wrong = {name: (count_preset(name), PRESETS[name]["params"]) for name in names
+             if count_preset(name) != PRESETS[name]["params"]}
+    assert not wrong, f"built vs registry parameter counts: {wrong}"
+
+
+def test_parameter_counts_by_building_without_weights(count_preset):
+    _check_counts(count_preset, ("Ti", "S", "B"))
+
+
+@pytest.mark.slow  # ViT-L and ViT-H have 24 and 32 blocks: the slow part of this file
+def test_large_and_huge_parameter_counts_by_building_without_weights(count_preset):
+    _check_counts(count_preset, ("L", "H"))
