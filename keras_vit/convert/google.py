@@ -136,6 +136,14 @@ def from_npz(arrays, *, image_size=None, interpolation="bicubic", antialias=True
         A `ViTClassifier` (logits, plus the `tanh` pre-logits layer when
         the checkpoint has one) or a `ViTBackbone`.
     """
+    if any(k.endswith("conv_root/kernel") for k in arrays):
+        # A hybrid (R50+ViT-B/16, R26+ViT-S/32, ...): the ResNet has its own converter.
+        from keras_vit.convert.hybrid import from_npz_hybrid
+
+        return from_npz_hybrid(
+            arrays, image_size=image_size, interpolation=interpolation, antialias=antialias,
+            include_head=include_head, **overrides,
+        )
     state_dict, num_heads = npz_to_timm(arrays)
     # The original training code maps [0, 255] pixels to [-1, 1].
     channels = state_dict["patch_embed.proj.weight"].shape[1]

@@ -249,6 +249,14 @@ def from_timm(
         or a `ViTBackbone`.
     """
     state_dict = {k: np.asarray(v) for k, v in state_dict.items()}
+    if any(k.startswith("patch_embed.backbone.") for k in state_dict):
+        # A hybrid: its CNN stem has its own converter, which reuses this one for the ViT.
+        from keras_vit.convert.hybrid import from_timm_hybrid
+
+        return from_timm_hybrid(
+            state_dict, config=config, image_size=image_size, interpolation=interpolation, antialias=antialias,
+            include_head=include_head, source_image_size=source_image_size, **overrides,
+        )
     backbone_config, head_config, grid, ignored = timm_spec(
         state_dict, config, include_head=include_head, source_image_size=source_image_size, **overrides
     )

@@ -7,6 +7,7 @@ from keras_vit.layers.image_normalization import ImageNormalization
 from keras_vit.layers.patch_encoder import PatchEncoder
 from keras_vit.layers.patches import Patches, check_image_shape, normalize_pair
 from keras_vit.layers.transformer_block import TransformerBlock
+from keras_vit.models.hybrid import bit_resnet_stem
 from keras_vit.models.variants import parse_variant
 
 
@@ -199,16 +200,23 @@ class ViTBackbone(keras.Model):
     def from_variant(cls, variant, **overrides):
         """Build a backbone from a named variant such as `"ViT-B/16"`.
 
+        Hybrid names (`"R50+ViT-B/16"`, ...) build their BiT ResNet stem
+        with `keras_vit.models.hybrid.bit_resnet_stem`; pass `stem=` to use
+        another CNN instead.
+
         Args:
             variant: str. A name from the variants table (`"ViT-Ti/16"`,
-                `"S/32"`, ...).
+                `"S/32"`, `"R50+ViT-B/16"`, ...).
             **overrides: Constructor arguments that replace or extend the
                 variant's (for example `image_size=384`, `dropout=0.1`).
 
         Returns:
             A `ViTBackbone`.
         """
-        return cls(**{**parse_variant(variant), **overrides})
+        config = {**parse_variant(variant), **overrides}
+        if isinstance(config.get("stem"), dict):
+            config["stem"] = bit_resnet_stem(**config["stem"], dtype=config.get("dtype"))
+        return cls(**config)
 
     def get_config(self):
         return {
