@@ -40,7 +40,7 @@ def train_classifier(
     model,
     train_data,
     test_data,
-    epochs=40,
+    epochs=60,
     batch_size=32,
     learning_rate=2e-3,
     weight_decay=0.05,
@@ -53,7 +53,7 @@ def train_classifier(
         model: `ViTClassifier` to train.
         train_data: tuple `(images, labels)`.
         test_data: tuple `(images, labels)` held out from training.
-        epochs: int. Passes over the training data. Defaults to `40`.
+        epochs: int. Passes over the training data. Defaults to `60`.
         batch_size: int. Defaults to `32`.
         learning_rate: float. Peak AdamW learning rate. Defaults to `2e-3`.
         weight_decay: float. Defaults to `0.05`.

@@ -7,7 +7,7 @@ from keras_vit.training import DIGITS_MODEL
 
 
 def add_arguments(parser):
-    parser.add_argument("--epochs", type=int, default=40, help="passes over the training set (default: 40)")
+    parser.add_argument("--epochs", type=int, default=60, help="passes over the training set (default: 60)")
     parser.add_argument("--batch-size", type=int, default=32, help="default: 32")
     parser.add_argument("--learning-rate", type=float, default=2e-3, help="peak AdamW learning rate (default: 2e-3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split and training (default: 0)")
