@@ -1,7 +1,6 @@
 """keras_vit: the Vision Transformer for Keras 3 on TensorFlow, JAX and PyTorch."""
 
-from keras_vit import layers
-from keras_vit import presets
+from keras_vit import convert, distribution, layers, presets
 from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier, parse_variant, variant_names
 from keras_vit.presets import decode_predictions
 
