@@ -89,6 +89,20 @@ def summarize(timed, batch):
     }
 
 
+def measure(fn, batch, args):
+    """Time `fn` (one batch of `batch` images) the way every worker reports it.
+
+    Returns `(first_call_seconds, summary)`: the first call alone (compilation
+    or tracing included), then the median/spread of `args.repeats` calls after
+    `args.warmup` more, with the peak resident memory so far.
+    """
+    start = time.perf_counter()
+    fn()
+    first_call_seconds = time.perf_counter() - start
+    times = time_calls(fn, args.warmup, args.repeats)
+    return first_call_seconds, {"batch": batch, **summarize(times, batch), "peak_rss_mib": peak_rss_mib()}
+
+
 def load_average():
     try:
         return os.getloadavg()[0]

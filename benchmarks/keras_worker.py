@@ -91,22 +91,16 @@ def main(argv=None):
 
     if not args.skip_forward:
         images = rng.uniform(0, 255, (args.forward_batch, common.IMAGE_SIZE, common.IMAGE_SIZE, 3)).astype("float32")
-        first = time.perf_counter()
-        model.predict_on_batch(images)
-        result["forward_first_call_seconds"] = time.perf_counter() - first
-        times = common.time_calls(lambda: model.predict_on_batch(images), args.warmup, args.repeats)
-        result["forward"] = {"batch": args.forward_batch, **common.summarize(times, args.forward_batch)}
-        result["forward"]["peak_rss_mib"] = common.peak_rss_mib()
+        result["forward_first_call_seconds"], result["forward"] = common.measure(
+            lambda: model.predict_on_batch(images), args.forward_batch, args
+        )
 
     if not args.skip_train:
         images = rng.uniform(0, 255, (args.train_batch, common.IMAGE_SIZE, common.IMAGE_SIZE, 3)).astype("float32")
         labels = rng.integers(0, common.NUM_CLASSES, (args.train_batch,)).astype("int32")
-        first = time.perf_counter()
-        model.train_on_batch(images, labels)
-        result["train_first_call_seconds"] = time.perf_counter() - first
-        times = common.time_calls(lambda: model.train_on_batch(images, labels), args.warmup, args.repeats)
-        result["train"] = {"batch": args.train_batch, **common.summarize(times, args.train_batch)}
-        result["train"]["peak_rss_mib"] = common.peak_rss_mib()
+        result["train_first_call_seconds"], result["train"] = common.measure(
+            lambda: model.train_on_batch(images, labels), args.train_batch, args
+        )
 
     result["peak_rss_mib"] = common.peak_rss_mib()
     result["load_after"] = common.load_average()

@@ -88,12 +88,7 @@ def main(argv=None):
             with torch.inference_mode():
                 call(images)
 
-        first = time.perf_counter()
-        forward()
-        result["forward_first_call_seconds"] = time.perf_counter() - first
-        times = common.time_calls(forward, args.warmup, args.repeats)
-        result["forward"] = {"batch": args.forward_batch, **common.summarize(times, args.forward_batch)}
-        result["forward"]["peak_rss_mib"] = common.peak_rss_mib()
+        result["forward_first_call_seconds"], result["forward"] = common.measure(forward, args.forward_batch, args)
 
     if not args.skip_train:
         model.train()
@@ -109,12 +104,7 @@ def main(argv=None):
             optimizer.step()
             return loss.item()
 
-        first = time.perf_counter()
-        train_step()
-        result["train_first_call_seconds"] = time.perf_counter() - first
-        times = common.time_calls(train_step, args.warmup, args.repeats)
-        result["train"] = {"batch": args.train_batch, **common.summarize(times, args.train_batch)}
-        result["train"]["peak_rss_mib"] = common.peak_rss_mib()
+        result["train_first_call_seconds"], result["train"] = common.measure(train_step, args.train_batch, args)
 
     result["peak_rss_mib"] = common.peak_rss_mib()
     result["load_after"] = common.load_average()
