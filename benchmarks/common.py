@@ -18,15 +18,56 @@ SIZES = {
     "S": {"hidden_dim": 384, "num_layers": 12, "num_heads": 6, "mlp_dim": 1536},
     "B": {"hidden_dim": 768, "num_layers": 12, "num_heads": 12, "mlp_dim": 3072},
 }
-TIMM_NAMES = {"Ti": "vit_tiny_patch16_224", "S": "vit_small_patch16_224", "B": "vit_base_patch16_224"}
+TIMM_NAMES = {
+    "ViT-Ti/16": "vit_tiny_patch16_224",
+    "ViT-S/16": "vit_small_patch16_224",
+    "ViT-B/16": "vit_base_patch16_224",
+    "R50+ViT-B/16": "vit_base_r50_s16_224",
+}
+# The hybrid's BiT ResNet stem: blocks per stage (keras_vit.models.variants).
+HYBRID_STAGE_DEPTHS = {"R50+ViT-B/16": (3, 4, 9)}
 IMAGE_SIZE = 224
 PATCH_SIZE = 16
 NUM_CLASSES = 1000
 
 
 def size_of(variant):
-    """`"ViT-S/16"` -> `"S"`."""
-    return variant.split("-")[1].split("/")[0]
+    """`"ViT-S/16"` -> `"S"` (and `"R50+ViT-B/16"` -> `"B"`)."""
+    return variant.split("ViT-")[1].split("/")[0]
+
+
+def is_hybrid(variant):
+    return variant in HYBRID_STAGE_DEPTHS
+
+
+def bit_stem_flops(stage_depths, image_size=IMAGE_SIZE, width=64):
+    """FLOPs of the BiT ResNet stem of a hybrid (convolutions only).
+
+    Root: 7x7 stride-2 conv to `width` channels, then a stride-2 max pool.
+    Stage i: bottleneck units of width `width * 2**i` and 4x that output;
+    the first unit of every stage after the first has stride 2 (in its 3x3
+    conv) and every stage's first unit a 1x1 projection shortcut.
+
+    Returns:
+        `(flops, output_size, output_channels)`.
+    """
+    size = -(-image_size // 2)
+    flops = 2 * size * size * 7 * 7 * 3 * width
+    size = -(-size // 2)
+    channels = width
+    for stage, depth in enumerate(stage_depths):
+        mid = width * 2**stage
+        out = 4 * mid
+        for unit in range(depth):
+            stride = 2 if unit == 0 and stage > 0 else 1
+            out_size = -(-size // stride)
+            flops += 2 * size * size * channels * mid  # 1x1 reduce, before the stride
+            flops += 2 * out_size * out_size * 9 * mid * mid  # 3x3, strided
+            flops += 2 * out_size * out_size * mid * out  # 1x1 expand
+            if unit == 0:
+                flops += 2 * out_size * out_size * channels * out  # projection shortcut
+            channels, size = out, out_size
+    return flops, size, channels
 
 
 def forward_flops(variant, image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, num_classes=NUM_CLASSES):
@@ -38,9 +79,15 @@ def forward_flops(variant, image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, num_cla
     """
     cfg = SIZES[size_of(variant)]
     d, m, layers = cfg["hidden_dim"], cfg["mlp_dim"], cfg["num_layers"]
-    n = (image_size // patch_size) ** 2
+    if is_hybrid(variant):
+        # 1x1 "patches" of the stem's feature map.
+        stem, size, channels = bit_stem_flops(HYBRID_STAGE_DEPTHS[variant], image_size)
+        n = size * size
+        embed = stem + 2 * n * channels * d
+    else:
+        n = (image_size // patch_size) ** 2
+        embed = 2 * n * (patch_size * patch_size * 3) * d
     t = n + 1
-    embed = 2 * n * (patch_size * patch_size * 3) * d
     per_layer = 2 * t * d * 3 * d + 2 * 2 * t * t * d + 2 * t * d * d + 2 * 2 * t * d * m
     head = 2 * d * num_classes
     return embed + layers * per_layer + head

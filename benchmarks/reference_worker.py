@@ -23,8 +23,10 @@ def build(impl, variant):
     if impl == "timm":
         import timm
 
-        return timm.create_model(common.TIMM_NAMES[common.size_of(variant)], pretrained=False,
+        return timm.create_model(common.TIMM_NAMES[variant], pretrained=False,
                                  num_classes=common.NUM_CLASSES)
+    if common.is_hybrid(variant):
+        raise SystemExit(f"hf: no {variant}: transformers 5 removed ViTHybrid; timm is the reference.")
     from transformers import ViTConfig, ViTForImageClassification
 
     config = ViTConfig(
