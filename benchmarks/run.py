@@ -2,7 +2,7 @@
 
 For each ViT variant this runs every framework in its own process, in an
 interleaved order (keras_vit[torch], timm, keras_vit[jax], hf,
-keras_vit[tensorflow]; the next round in reverse), so that a change in the
+keras_vit[tensorflow], hf[keras env]; the next round in reverse), so that a change in the
 machine's load hits all of them alike. Every process gets the same
 environment variables and thread count. Each process times the forward pass
 (inference) and then a full training step, and records its peak resident
@@ -32,13 +32,16 @@ sys.path.insert(0, HERE)
 import common  # noqa: E402
 
 KERAS_BACKENDS = ("torch", "jax", "tensorflow")
-REFERENCES = ("timm", "hf")
+# "hf[keras env]" is Hugging Face again, on the keras_vit env's torch build
+# (timm cannot run there: it needs torchvision, which needs the reference
+# env's CUDA torch build); it shows how much the torch build itself matters.
+REFERENCES = ("timm", "hf", "hf[keras env]")
 # Interleaved so no framework always runs first or last in a round.
-ORDER = ("keras_vit[torch]", "timm", "keras_vit[jax]", "hf", "keras_vit[tensorflow]")
+ORDER = ("keras_vit[torch]", "timm", "keras_vit[jax]", "hf", "keras_vit[tensorflow]", "hf[keras env]")
 # (forward batch, training batch): sized for a 2-core CPU and a ~15 minute run.
 BATCHES = {"ViT-Ti/16": (16, 8), "ViT-S/16": (8, 4), "ViT-B/16": (4, 2), "R50+ViT-B/16": (4, 2)}
 # Hugging Face transformers 5 has no ViT hybrid (ViTHybrid was removed): timm alone.
-UNAVAILABLE = {("hf", "R50+ViT-B/16")}
+UNAVAILABLE = {("hf", "R50+ViT-B/16"), ("hf[keras env]", "R50+ViT-B/16")}
 # Targets of issue 7 (ViT-S/16): keras_vit / reference.
 TARGETS = {
     "torch": {"forward": 1.0, "train": 0.9},
@@ -93,6 +96,8 @@ def worker_command(framework, variant, args):
         # endlessly; the torch backend runs eagerly ("auto"), as Keras defaults to.
         jit = "auto" if backend == "torch" else args.jit_compile
         return [args.python, os.path.join(HERE, "keras_worker.py"), *common_args, "--jit-compile", jit], backend
+    if framework == "hf[keras env]":
+        return [args.python, os.path.join(HERE, "reference_worker.py"), "--impl", "hf", *common_args], None
     return [args.ref_python, os.path.join(HERE, "reference_worker.py"), "--impl", framework, *common_args], None
 
 
@@ -187,7 +192,7 @@ def report(summary):
                          f"{cells[3]:>24} {cells[4]:>8} {cells[5]:>6} {r['peak_rss_mib']:>12.0f} {model_rss:>8.0f}")
         ratios[variant] = variant_ratios(frameworks)
     lines.append("")
-    lines.append("keras_vit / reference (forward vs the faster of timm and hf; train vs timm and vs the best; "
+    lines.append("keras_vit / reference (forward vs the fastest of timm, hf and hf[keras env]; train vs timm and vs the best; "
                  "memory = peak RSS vs timm, and model part (peak - after import) vs timm):")
     header = (f"{'variant':10} {'backend':11} {'forward':>8} {'train/timm':>10} {'train/best':>10} {'RSS':>6} "
               f"{'RSS(model)':>10} {'fwd/CPU-s':>9} {'train/CPU-s':>11}")
