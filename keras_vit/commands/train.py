@@ -7,9 +7,10 @@ from keras_vit.training import DIGITS_MODEL
 
 
 def add_arguments(parser):
-    parser.add_argument("--epochs", type=int, default=60, help="passes over the training set (default: 60)")
+    parser.add_argument("--epochs", type=int, default=80, help="passes over the training set (default: 80)")
     parser.add_argument("--batch-size", type=int, default=32, help="default: 32")
     parser.add_argument("--learning-rate", type=float, default=2e-3, help="peak AdamW learning rate (default: 2e-3)")
+    parser.add_argument("--weight-decay", type=float, default=0.3, help="AdamW weight decay (default: 0.3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split and training (default: 0)")
     parser.add_argument(
         "--variant", default=None,
@@ -109,7 +110,8 @@ def _run(args, distribution=None):
         print(f"Distributed ({args.distribute} parallel): {_describe(distribution)}")
     result = train_classifier(
         model, (x_train, y_train), (x_test, y_test),
-        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        weight_decay=args.weight_decay, seed=args.seed,
     )
     print(f"Held-out accuracy: {result['accuracy']:.2%} "
           f"(trained in {result['seconds']:.0f} s on {keras.backend.backend()})")
