@@ -31,13 +31,17 @@ sys.path.insert(0, HERE)
 
 import common  # noqa: E402
 
-KERAS_BACKENDS = ("torch", "jax", "tensorflow")
 # "hf[keras env]" is Hugging Face again, on the keras_vit env's torch build
 # (timm cannot run there: it needs torchvision, which needs the reference
 # env's CUDA torch build); it shows how much the torch build itself matters.
 REFERENCES = ("timm", "hf", "hf[keras env]")
 # Interleaved so no framework always runs first or last in a round.
-ORDER = ("keras_vit[torch]", "timm", "keras_vit[jax]", "hf", "keras_vit[tensorflow]", "hf[keras env]")
+# "keras_vit[torch, ref env]" is keras_vit's torch backend on the reference
+# env's torch build, timm's: the like-for-like comparison with timm.
+ORDER = ("keras_vit[torch]", "timm", "keras_vit[jax]", "hf", "keras_vit[tensorflow]", "hf[keras env]",
+         "keras_vit[torch, ref env]")
+KERAS_FRAMEWORKS = {"keras_vit[torch]": "torch", "keras_vit[jax]": "jax", "keras_vit[tensorflow]": "tensorflow",
+                    "keras_vit[torch, ref env]": "torch"}
 # (forward batch, training batch): sized for a 2-core CPU and a ~15 minute run.
 BATCHES = {"ViT-Ti/16": (16, 8), "ViT-S/16": (8, 4), "ViT-B/16": (4, 2), "R50+ViT-B/16": (4, 2)}
 # Hugging Face transformers 5 has no ViT hybrid (ViTHybrid was removed): timm alone.
@@ -90,12 +94,13 @@ def worker_command(framework, variant, args):
         "--repeats", str(args.repeats),
         "--threads", str(args.threads),
     ]
-    if framework.startswith("keras_vit["):
-        backend = framework[len("keras_vit["):-1]
+    if framework in KERAS_FRAMEWORKS:
+        backend = KERAS_FRAMEWORKS[framework]
+        python = args.ref_python if framework.endswith("ref env]") else args.python
         # jit_compile on torch means torch.compile, which recompiles Keras layers
         # endlessly; the torch backend runs eagerly ("auto"), as Keras defaults to.
         jit = "auto" if backend == "torch" else args.jit_compile
-        return [args.python, os.path.join(HERE, "keras_worker.py"), *common_args, "--jit-compile", jit], backend
+        return [python, os.path.join(HERE, "keras_worker.py"), *common_args, "--jit-compile", jit], backend
     if framework == "hf[keras env]":
         return [args.python, os.path.join(HERE, "reference_worker.py"), "--impl", "hf", *common_args], None
     return [args.ref_python, os.path.join(HERE, "reference_worker.py"), "--impl", framework, *common_args], None
@@ -168,7 +173,7 @@ def report(summary):
         f"machine: {summary['machine']['nproc']} cores, {summary['machine']['cpu']}; threads={summary['threads']}; "
         f"float32 matmul ceiling {peak:.1f} GFLOP/s" if peak else "matmul ceiling: n/a"
     )
-    header = (f"{'variant':10} {'framework':22} {'fwd img/s [min-max]':>24} {'GFLOP/s':>8} {'%peak':>6} "
+    header = (f"{'variant':12} {'framework':26} {'fwd img/s [min-max]':>24} {'GFLOP/s':>8} {'%peak':>6} "
               f"{'train img/s [min-max]':>24} {'GFLOP/s':>8} {'%peak':>6} {'peak RSS MiB':>12} {'(model)':>8}")
     lines.append(header)
     lines.append("-" * len(header))
@@ -177,7 +182,7 @@ def report(summary):
         flops = common.forward_flops(variant) / 1e9
         for name, r in frameworks.items():
             if "error" in r:
-                lines.append(f"{variant:10} {name:22} ERROR {r['error']}: {r.get('stderr_tail', '')[-300:]}")
+                lines.append(f"{variant:12} {name:26} ERROR {r['error']}: {r.get('stderr_tail', '')[-300:]}")
                 continue
             cells = []
             for mode, factor in (("forward", 1), ("train", 3)):
@@ -188,13 +193,13 @@ def report(summary):
                 gflops = block["images_per_s"] * flops * factor
                 cells += [fmt_rate(block), f"{gflops:.1f}", f"{100 * gflops / peak:.0f}" if peak else "-"]
             model_rss = r["peak_rss_mib"] - r["rss_after_import_mib"]
-            lines.append(f"{variant:10} {name:22} {cells[0]:>24} {cells[1]:>8} {cells[2]:>6} "
+            lines.append(f"{variant:12} {name:26} {cells[0]:>24} {cells[1]:>8} {cells[2]:>6} "
                          f"{cells[3]:>24} {cells[4]:>8} {cells[5]:>6} {r['peak_rss_mib']:>12.0f} {model_rss:>8.0f}")
         ratios[variant] = variant_ratios(frameworks)
     lines.append("")
     lines.append("keras_vit / reference (forward vs the fastest of timm, hf and hf[keras env]; train vs timm and vs the best; "
                  "memory = peak RSS vs timm, and model part (peak - after import) vs timm):")
-    header = (f"{'variant':10} {'backend':11} {'forward':>8} {'train/timm':>10} {'train/best':>10} {'RSS':>6} "
+    header = (f"{'variant':12} {'backend':17} {'forward':>8} {'train/timm':>10} {'train/best':>10} {'RSS':>6} "
               f"{'RSS(model)':>10} {'fwd/CPU-s':>9} {'train/CPU-s':>11}")
     lines.append(header)
     lines.append("-" * len(header))
@@ -208,8 +213,8 @@ def report(summary):
                 if target is not None and variant == "ViT-S/16":
                     mark = " " if (value <= target if key.startswith("rss") else value >= target) else "!"
                 return f"{value:.2f}{mark}"
-            t = TARGETS.get(backend, {})
-            lines.append(f"{variant:10} {backend:11} {cell('forward', t.get('forward')):>8} "
+            t = TARGETS.get(backend.split(" ")[0], {})
+            lines.append(f"{variant:12} {backend:17} {cell('forward', t.get('forward')):>8} "
                          f"{cell('train_vs_timm', t.get('train')):>10} {cell('train_vs_best'):>10} "
                          f"{cell('rss_vs_timm', TARGETS['memory']):>6} {cell('rss_model_vs_timm'):>10} "
                          f"{cell('forward_cpu'):>9} {cell('train_cpu'):>11}")
@@ -234,8 +239,8 @@ def variant_ratios(frameworks):
         return r[mode].get("images_per_cpu_s")
 
     out = {}
-    for backend in KERAS_BACKENDS:
-        name = f"keras_vit[{backend}]"
+    for name, backend in KERAS_FRAMEWORKS.items():
+        label = backend if name == f"keras_vit[{backend}]" else f"{backend} (ref env)"
         if name not in frameworks or "error" in frameworks[name]:
             continue
         k = frameworks[name]
@@ -259,7 +264,7 @@ def variant_ratios(frameworks):
             entry["rss_vs_timm"] = k["peak_rss_mib"] / timm["peak_rss_mib"]
             entry["rss_model_vs_timm"] = ((k["peak_rss_mib"] - k["rss_after_import_mib"])
                                           / (timm["peak_rss_mib"] - timm["rss_after_import_mib"]))
-        out[backend] = entry
+        out[label] = entry
     return out
 
 
