@@ -36,12 +36,12 @@ import common  # noqa: E402
 # env's CUDA torch build); it shows how much the torch build itself matters.
 REFERENCES = ("timm", "hf", "hf[keras env]")
 # Interleaved so no framework always runs first or last in a round.
-# "keras_vit[torch, ref env]" is keras_vit's torch backend on the reference
+# "keras_vit[torch in ref env]" is keras_vit's torch backend on the reference
 # env's torch build, timm's: the like-for-like comparison with timm.
 ORDER = ("keras_vit[torch]", "timm", "keras_vit[jax]", "hf", "keras_vit[tensorflow]", "hf[keras env]",
-         "keras_vit[torch, ref env]")
+         "keras_vit[torch in ref env]")
 KERAS_FRAMEWORKS = {"keras_vit[torch]": "torch", "keras_vit[jax]": "jax", "keras_vit[tensorflow]": "tensorflow",
-                    "keras_vit[torch, ref env]": "torch"}
+                    "keras_vit[torch in ref env]": "torch"}
 # (forward batch, training batch): sized for a 2-core CPU and a ~15 minute run.
 BATCHES = {"ViT-Ti/16": (16, 8), "ViT-S/16": (8, 4), "ViT-B/16": (4, 2), "R50+ViT-B/16": (4, 2)}
 # Hugging Face transformers 5 has no ViT hybrid (ViTHybrid was removed): timm alone.
@@ -173,7 +173,7 @@ def report(summary):
         f"machine: {summary['machine']['nproc']} cores, {summary['machine']['cpu']}; threads={summary['threads']}; "
         f"float32 matmul ceiling {peak:.1f} GFLOP/s" if peak else "matmul ceiling: n/a"
     )
-    header = (f"{'variant':12} {'framework':26} {'fwd img/s [min-max]':>24} {'GFLOP/s':>8} {'%peak':>6} "
+    header = (f"{'variant':12} {'framework':28} {'fwd img/s [min-max]':>24} {'GFLOP/s':>8} {'%peak':>6} "
               f"{'train img/s [min-max]':>24} {'GFLOP/s':>8} {'%peak':>6} {'peak RSS MiB':>12} {'(model)':>8}")
     lines.append(header)
     lines.append("-" * len(header))
@@ -182,7 +182,7 @@ def report(summary):
         flops = common.forward_flops(variant) / 1e9
         for name, r in frameworks.items():
             if "error" in r:
-                lines.append(f"{variant:12} {name:26} ERROR {r['error']}: {r.get('stderr_tail', '')[-300:]}")
+                lines.append(f"{variant:12} {name:28} ERROR {r['error']}: {r.get('stderr_tail', '')[-300:]}")
                 continue
             cells = []
             for mode, factor in (("forward", 1), ("train", 3)):
@@ -193,7 +193,7 @@ def report(summary):
                 gflops = block["images_per_s"] * flops * factor
                 cells += [fmt_rate(block), f"{gflops:.1f}", f"{100 * gflops / peak:.0f}" if peak else "-"]
             model_rss = r["peak_rss_mib"] - r["rss_after_import_mib"]
-            lines.append(f"{variant:12} {name:26} {cells[0]:>24} {cells[1]:>8} {cells[2]:>6} "
+            lines.append(f"{variant:12} {name:28} {cells[0]:>24} {cells[1]:>8} {cells[2]:>6} "
                          f"{cells[3]:>24} {cells[4]:>8} {cells[5]:>6} {r['peak_rss_mib']:>12.0f} {model_rss:>8.0f}")
         ratios[variant] = variant_ratios(frameworks)
     lines.append("")

@@ -27,6 +27,23 @@ def test_train_runs_on_digits_and_saves(tmp_path, capsys):
     assert model.predict(np.zeros((2, 8, 8, 1), "float32"), verbose=0).shape == (2, 10)
 
 
+def test_train_passes_its_recipe_to_the_optimizer(monkeypatch, capsys):
+    """The flags reach the AdamW that fits the model (the demo's defaults, and overrides)."""
+    seen = []
+    original = keras.optimizers.AdamW
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(keras.optimizers, "AdamW", spy)
+    assert cli.main(["train", "--epochs", "1"]) == 0
+    assert seen[-1]["weight_decay"] == pytest.approx(0.3)
+    assert cli.main(["train", "--epochs", "1", "--weight-decay", "0.05", "--learning-rate", "1e-3"]) == 0
+    assert seen[-1]["weight_decay"] == pytest.approx(0.05)
+    assert seen[-1]["learning_rate"].warmup_target == pytest.approx(1e-3)
+
+
 def test_digits_split_is_stratified_and_seeded():
     from keras_vit.data import load_digits_split
 
