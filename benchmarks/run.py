@@ -225,6 +225,28 @@ def report(summary):
     return ratios, text
 
 
+def markdown(summary):
+    """The two tables of `report` as Markdown, for the README."""
+    rows = ["| variant | framework | forward img/s [min-max] | train img/s [min-max] | peak RSS MiB |",
+            "| --- | --- | --- | --- | --- |"]
+    for variant, frameworks in summary["results"].items():
+        for name, r in frameworks.items():
+            if "error" in r:
+                rows.append(f"| {variant} | {name} | error: {r['error']} | | |")
+                continue
+            rows.append(f"| {variant} | {name} | {fmt_rate(r.get('forward'))} | {fmt_rate(r.get('train'))} "
+                        f"| {r['peak_rss_mib']:.0f} |")
+    rows += ["", "| variant | keras_vit on | forward | train vs timm | train vs best | peak RSS vs timm "
+                 "| forward per CPU-s | train per CPU-s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    keys = ("forward", "train_vs_timm", "train_vs_best", "rss_vs_timm", "forward_cpu", "train_cpu")
+    for variant, frameworks in summary["results"].items():
+        for backend, r in variant_ratios(frameworks).items():
+            cells = [f"{r[k]:.2f}" if r.get(k) is not None else "-" for k in keys]
+            rows.append(f"| {variant} | {backend} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def variant_ratios(frameworks):
     def rate(name, mode):
         r = frameworks.get(name)
@@ -286,6 +308,7 @@ def main(argv=None):
                              "torch always runs eagerly.")
     parser.add_argument("--output-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--report", metavar="JSON", help="Only print the tables of an earlier (or partial) run.")
+    parser.add_argument("--markdown", action="store_true", help="With --report: print Markdown tables.")
     args = parser.parse_args(argv)
     if args.report:
         with open(args.report) as f:
@@ -293,7 +316,10 @@ def main(argv=None):
         if "results" not in summary:  # a partial run: pool what it has
             summary["results"] = {v: {f: pool(rs) for f, rs in per.items() if rs}
                                   for v, per in summary["raw"].items()}
-        report(summary)
+        if args.markdown:
+            print(markdown(summary))
+        else:
+            report(summary)
         return 0
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
