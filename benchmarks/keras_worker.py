@@ -40,6 +40,10 @@ def main(argv=None):
         choices=("auto", "true", "false"),
         help="model.compile(jit_compile=...): XLA on jax/tensorflow.",
     )
+    parser.add_argument(
+        "--dtype-policy", default="float32", choices=("float32", "mixed_bfloat16"),
+        help="keras.config.set_dtype_policy before the model is built (bfloat16 matmuls, float32 weights).",
+    )
     args = parser.parse_args(argv)
     jit_compile = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
 
@@ -49,6 +53,7 @@ def main(argv=None):
 
     backend = keras.backend.backend()
     set_threads(backend, args.threads)
+    keras.config.set_dtype_policy(args.dtype_policy)
     from keras_vit.models import ViTClassifier
 
     import_seconds = time.perf_counter() - start
@@ -70,6 +75,7 @@ def main(argv=None):
         "variant": args.variant,
         "threads": args.threads,
         "jit_compile": str(model.jit_compile),
+        "dtype_policy": args.dtype_policy,
         "keras_version": keras.__version__,
         "num_params": int(model.count_params()),
         "import_seconds": import_seconds,

@@ -48,6 +48,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     common.add_common_arguments(parser)
     parser.add_argument("--impl", choices=("timm", "hf"), required=True)
+    parser.add_argument("--autocast-bfloat16", action="store_true",
+                        help="run forward and loss under torch.autocast('cpu', bfloat16), as AMP users do")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
@@ -70,8 +72,13 @@ def main(argv=None):
 
         version = timm.__version__
         call = model
+
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast_bfloat16)
+
     result = {
         "framework": args.impl,
+        "autocast_bfloat16": args.autocast_bfloat16,
         "variant": args.variant,
         "threads": args.threads,
         "version": version,
@@ -87,7 +94,7 @@ def main(argv=None):
         images = torch.randn(args.forward_batch, 3, common.IMAGE_SIZE, common.IMAGE_SIZE)
 
         def forward():
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast():
                 call(images)
 
         result["forward_first_call_seconds"], result["forward"] = common.measure(forward, args.forward_batch, args)
@@ -101,7 +108,8 @@ def main(argv=None):
 
         def train_step():
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(call(images), labels)
+            with autocast():
+                loss = loss_fn(call(images), labels)
             loss.backward()
             optimizer.step()
             return loss.item()

@@ -100,7 +100,11 @@ def worker_command(framework, variant, args):
         # jit_compile on torch means torch.compile, which recompiles Keras layers
         # endlessly; the torch backend runs eagerly ("auto"), as Keras defaults to.
         jit = "auto" if backend == "torch" else args.jit_compile
-        return [python, os.path.join(HERE, "keras_worker.py"), *common_args, "--jit-compile", jit], backend
+        policy = "mixed_bfloat16" if args.mixed_bfloat16 else "float32"
+        return [python, os.path.join(HERE, "keras_worker.py"), *common_args, "--jit-compile", jit,
+                "--dtype-policy", policy], backend
+    if args.mixed_bfloat16:
+        common_args.append("--autocast-bfloat16")
     if framework == "hf[keras env]":
         return [args.python, os.path.join(HERE, "reference_worker.py"), "--impl", "hf", *common_args], None
     return [args.ref_python, os.path.join(HERE, "reference_worker.py"), "--impl", framework, *common_args], None
@@ -306,6 +310,9 @@ def main(argv=None):
     parser.add_argument("--jit-compile", default="true", choices=("auto", "true", "false"),
                         help="keras_vit's compile(jit_compile=...) on jax and tensorflow ('true' = XLA); "
                              "torch always runs eagerly.")
+    parser.add_argument("--mixed-bfloat16", action="store_true",
+                        help="keras_vit under the mixed_bfloat16 dtype policy, the references under "
+                             "torch.autocast(bfloat16)")
     parser.add_argument("--output-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--report", metavar="JSON", help="Only print the tables of an earlier (or partial) run.")
     parser.add_argument("--markdown", action="store_true", help="With --report: print Markdown tables.")
@@ -342,6 +349,7 @@ def main(argv=None):
         "machine": machine(),
         "threads": args.threads,
         "jit_compile": args.jit_compile,
+        "mixed_bfloat16": args.mixed_bfloat16,
         "repeats": args.repeats,
         "warmup": args.warmup,
         "rounds": args.rounds,
