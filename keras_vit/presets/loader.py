@@ -328,12 +328,12 @@ def _load_keras_vit(directory, load_weights, where):
 # === Converted checkpoints ===
 
 
-def _load_converted(path, image_size):
+def _load_converted(path, image_size, include_head=True):
     from keras_vit.convert import load_checkpoint
 
     # Converters return logits like their sources; presets give probabilities like every
     # other ViTClassifier (the default `activation`), which `decode_predictions` expects.
-    return load_checkpoint(path, image_size=image_size, activation="softmax")
+    return load_checkpoint(path, image_size=image_size, include_head=include_head, activation="softmax")
 
 
 # === Building from the registry ===
@@ -467,7 +467,10 @@ def load_preset(handle, target="classifier", image_size=None, num_classes=None, 
         if fmt == "keras_vit":
             model = _load_keras_vit(path, load_weights, where)
         else:
-            model = _load_converted(path, image_size)
+            # A registry entry without a head (num_classes None) may still name a file that carries
+            # an unusable one (timm's R50+ViT-B/16 in21k keeps its head but not its pre-logits layer).
+            include_head = entry is None or entry["num_classes"] is not None
+            model = _load_converted(path, image_size, include_head)
             if entry is not None:
                 _check_against_entry(model, entry, handle, image_size)
             if not load_weights:
