@@ -328,12 +328,12 @@ def _load_keras_vit(directory, load_weights, where):
 # === Converted checkpoints ===
 
 
-def _load_converted(path, image_size):
+def _load_converted(path, image_size, include_head=True):
     from keras_vit.convert import load_checkpoint
 
     # Converters return logits like their sources; presets give probabilities like every
     # other ViTClassifier (the default `activation`), which `decode_predictions` expects.
-    return load_checkpoint(path, image_size=image_size, activation="softmax")
+    return load_checkpoint(path, image_size=image_size, include_head=include_head, activation="softmax")
 
 
 # === Building from the registry ===
@@ -376,6 +376,29 @@ def _copy_backbone_weights(source, target):
         variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
 
 
+def _stem_config_at(stem_config, image_size, num_channels):
+    """A serialized `keras.Sequential` stem re-declared for `image_size` inputs.
+
+    A built Sequential records its input shape (an `InputLayer` and its build
+    shape); the convolutional stems of hybrids (`bit_resnet_stem`) have
+    weights that do not depend on it, so only that declared shape changes.
+    Other stems are returned as they are.
+    """
+    if stem_config.get("class_name") != "Sequential":
+        return stem_config
+    shape = [None, *image_size, num_channels]
+    stem_config = json.loads(json.dumps(stem_config))  # a deep copy of plain JSON data
+    inner = stem_config.get("config", {})
+    for layer in inner.get("layers", []):
+        if layer.get("class_name") == "InputLayer" and "batch_shape" in layer.get("config", {}):
+            layer["config"]["batch_shape"] = list(shape)
+    if "build_input_shape" in inner:
+        inner["build_input_shape"] = list(shape)
+    if "input_shape" in (stem_config.get("build_config") or {}):
+        stem_config["build_config"]["input_shape"] = list(shape)
+    return stem_config
+
+
 def _rebuild(model, image_size=None, num_classes=None, as_backbone=False):
     """A model like `model` at another image size and / or with a new head, weights carried over."""
     classes = _model_classes()
@@ -390,7 +413,21 @@ def _rebuild(model, image_size=None, num_classes=None, as_backbone=False):
     if new_image:
         backbone_config = backbone.get_config()
         backbone_config.update(image_size=_pair(image_size))
-        new_backbone = classes["ViTBackbone"].from_config(backbone_config)
+        if backbone_config.get("stem") is not None:
+            backbone_config["stem"] = _stem_config_at(
+                backbone_config["stem"], _pair(image_size), backbone.num_channels)
+        try:
+            new_backbone = classes["ViTBackbone"].from_config(backbone_config)
+        except ValueError as error:
+            if backbone_config.get("stem") is None:
+                raise
+            raise ValueError(
+                f"Cannot rebuild this hybrid backbone at image_size={_pair(image_size)}: its stem "
+                f"({backbone_config['stem'].get('class_name')}) was saved for {tuple(backbone.image_size)} "
+                "inputs and does not accept the new size (a functional-model stem declares its input shape). "
+                "Load it at its saved size, or build the stem for the new size, pass it as "
+                "`ViTBackbone(stem=...)` and copy the weights."
+            ) from error
         _copy_backbone_weights(backbone, new_backbone)
     else:
         new_backbone = backbone
@@ -467,7 +504,10 @@ def load_preset(handle, target="classifier", image_size=None, num_classes=None, 
         if fmt == "keras_vit":
             model = _load_keras_vit(path, load_weights, where)
         else:
-            model = _load_converted(path, image_size)
+            # A registry entry without a head (num_classes None) may still name a file that carries
+            # an unusable one (timm's R50+ViT-B/16 in21k keeps its head but not its pre-logits layer).
+            include_head = entry is None or entry["num_classes"] is not None
+            model = _load_converted(path, image_size, include_head)
             if entry is not None:
                 _check_against_entry(model, entry, handle, image_size)
             if not load_weights:

@@ -7,7 +7,9 @@ on the Hugging Face hub today:
   `transformers` format under the `google` organisation;
 - the "How to train your ViT" (AugReg, Steiner et al., 2021) checkpoints in
   timm safetensors format under the `timm` organisation, named
-  `timm/<architecture>.<tag>` exactly as timm's pretrained configs spell them.
+  `timm/<architecture>.<tag>` exactly as timm's pretrained configs spell them;
+- the paper's R50+ViT-B/16 hybrid (a BiT ResNet-50 stem, section 3.1), which
+  exists on the hub only in timm format (`timm/vit_base_r50_s16_*.orig_*`).
 
 Fields of an entry:
 
@@ -27,7 +29,10 @@ Fields of an entry:
   (with the head when `num_classes` is set; the Hugging Face pooler of the
   ImageNet-21k checkpoints is not part of it).
 
-The R50+ViT-B/16 hybrid preset is added once the hybrid backbone lands.
+The hybrid's ImageNet-21k checkpoint is registered without a head: timm
+keeps a 21,843-class `head` in it but drops the representation (pre-logits)
+layer the original head was trained on top of (and the original in21k
+releases zeroed their heads), so only its features are usable.
 """
 
 _PAPER = "An Image is Worth 16x16 Words (Dosovitskiy et al., 2021)"
@@ -64,6 +69,11 @@ def _original(variant, image_size, num_classes, repo, params, revision=None, sha
 def _augreg(variant, image_size, num_classes, timm_name, params, what):
     return _entry(variant, image_size, num_classes, f"hf://timm/{timm_name}", "timm", params,
                   f"{variant} {what}; AugReg checkpoint of {_AUGREG}.")
+
+
+def _hybrid(variant, image_size, num_classes, timm_name, params, what):
+    return _entry(variant, image_size, num_classes, f"hf://timm/{timm_name}", "timm", params,
+                  f"{variant} hybrid {what}; original checkpoint of {_PAPER}.")
 
 
 PRESETS = {
@@ -177,4 +187,13 @@ PRESETS = {
                                    "pre-trained and fine-tuned on ImageNet-1k only, at 224"),
     "vit_b16_augreg_in1k_384": _augreg("ViT-B/16", 384, 1000, "vit_base_patch16_384.augreg_in1k", 86_859_496,
                                        "pre-trained and fine-tuned on ImageNet-1k only, at 384"),
+    # === Hybrid: the paper's R50+ViT-B/16 (timm format; Google's .npz ported by timm) ===
+    # timm's default_cfgs: `vit_base_r50_s16_224.orig_in21k` (21,843-class head whose
+    # pre-logits layer timm removed: unusable, so no head here) and
+    # `vit_base_r50_s16_384.orig_in21k_ft_in1k`; both mean/std 0.5.
+    "vit_r50_b16_in21k": _hybrid("R50+ViT-B/16", 224, None, "vit_base_r50_s16_224.orig_in21k", 97_890_112,
+                                 "pre-trained on ImageNet-21k, no head"),
+    "vit_r50_b16_in21k_ft_in1k_384": _hybrid(
+        "R50+ViT-B/16", 384, 1000, "vit_base_r50_s16_384.orig_in21k_ft_in1k", 98_950_952,
+        "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 384"),
 }
