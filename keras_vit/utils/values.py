@@ -1,0 +1,76 @@
+"""Argument helpers: image-size pairs and per-channel values."""
+
+import math
+import numbers
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def to_pair(value, name, minimum=1):
+    """Return `value` as a `(height, width)` tuple of ints.
+
+    The one rule for every size-like argument (`image_size`, `patch_size`,
+    grids, strides): an int means a square, a list or tuple of two ints is
+    `(height, width)`; numpy integers are accepted; bools, floats and
+    everything else are refused.
+
+    Args:
+        value: int or sequence of two ints.
+        name: str. The argument's name, used in the error message.
+        minimum: int. Smallest value allowed. Defaults to `1`.
+
+    Returns:
+        A tuple of two Python ints.
+
+    Raises:
+        ValueError: naming the argument and what it received.
+    """
+    if _is_int(value):
+        pair = (value, value)
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_int(v) for v in value):
+        pair = tuple(value)
+    else:
+        raise ValueError(
+            f"`{name}` must be an int or a tuple of two ints (height, width). Received: {name}={value!r}"
+        )
+    if any(v < minimum for v in pair):
+        raise ValueError(f"`{name}` must hold integers >= {minimum}. Received: {name}={value!r}")
+    return (int(pair[0]), int(pair[1]))
+
+
+def per_channel(value, name, num_channels=None):
+    """Return `value` as a tuple of floats: one value, or one per channel.
+
+    Args:
+        value: number or sequence of numbers.
+        name: str. The argument's name, used in the error message.
+        num_channels: int or `None`. When given, a sequence must have one
+            value or exactly `num_channels`, and a single value is repeated
+            to `num_channels` values.
+
+    Returns:
+        A tuple of finite floats.
+
+    Raises:
+        ValueError: naming the argument and what it received.
+    """
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        values = (float(value),)
+    elif hasattr(value, "__len__") and not isinstance(value, (str, bytes)) and len(value) > 0 and all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value
+    ):
+        values = tuple(float(v) for v in value)
+    else:
+        raise ValueError(f"`{name}` must be a number or a sequence of numbers. Received: {name}={value!r}")
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"`{name}` must hold finite numbers. Received: {name}={value!r}")
+    if num_channels is not None:
+        if len(values) == 1:
+            values = values * num_channels
+        elif len(values) != num_channels:
+            raise ValueError(
+                f"`{name}` must have one value or one per channel ({num_channels}). Received: {name}={value!r}"
+            )
+    return values

@@ -1,0 +1,75 @@
+"""keras_vit.utils: the pair / per-channel rules and writes that lose nothing."""
+
+import os
+
+import numpy as np
+import pytest
+
+from keras_vit.utils import atomic_directory, atomic_write, check_writable, per_channel, to_pair
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(7, (7, 7)), ((3, 5), (3, 5)), ([3, 5], (3, 5)), (np.int64(4), (4, 4)), ((np.int32(2), 6), (2, 6))],
+)
+def test_to_pair_accepts_ints_and_pairs(value, expected):
+    pair = to_pair(value, "image_size")
+    assert pair == expected
+    assert all(type(v) is int for v in pair)
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.0, (1, 2, 3), (2, 0), "16", None, (2.5, 2)])
+def test_to_pair_refuses_with_the_argument_name(value):
+    with pytest.raises(ValueError, match="image_size"):
+        to_pair(value, "image_size")
+
+
+def test_per_channel_repeats_a_scalar_and_checks_lengths():
+    assert per_channel(0.5, "mean", 3) == (0.5, 0.5, 0.5)
+    assert per_channel([0.1, 0.2, 0.3], "mean", 3) == (0.1, 0.2, 0.3)
+    assert per_channel((0.1, 0.2), "mean") == (0.1, 0.2)
+    with pytest.raises(ValueError, match=r"one per channel \(3\)"):
+        per_channel([0.1, 0.2], "mean", 3)
+    with pytest.raises(ValueError, match="finite"):
+        per_channel(float("nan"), "std", 3)
+    with pytest.raises(ValueError, match="std"):
+        per_channel("0.5", "std", 3)
+
+
+def test_atomic_write_replaces_only_on_success(tmp_path):
+    target = tmp_path / "weights.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_write(target) as file:
+            file.write(b"half")
+            raise RuntimeError("killed")
+    assert target.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["weights.bin"]  # no temporary left behind
+    with atomic_write(target) as file:
+        file.write(b"new")
+    assert target.read_bytes() == b"new"
+
+
+def test_atomic_directory_keeps_the_old_directory_when_the_block_fails(tmp_path):
+    target = tmp_path / "preset"
+    target.mkdir()
+    (target / "config.json").write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_directory(target) as staging:
+            with open(os.path.join(staging, "config.json"), "w") as file:
+                file.write("new, half")
+            raise RuntimeError("killed")
+    assert (target / "config.json").read_text() == "old"
+    with atomic_directory(target) as staging:
+        with open(os.path.join(staging, "config.json"), "w") as file:
+            file.write("new")
+    assert (target / "config.json").read_text() == "new"
+    assert sorted(os.listdir(tmp_path)) == ["preset"]
+
+
+def test_check_writable_names_the_problem(tmp_path):
+    check_writable(tmp_path / "model.keras")
+    with pytest.raises(ValueError, match="does not exist"):
+        check_writable(tmp_path / "missing" / "model.keras")
+    with pytest.raises(ValueError, match="is a directory"):
+        check_writable(tmp_path)
