@@ -126,6 +126,7 @@ def from_timm_hybrid(
     num_groups=32,
     std_conv_epsilon=1e-8,
     group_norm_epsilon=1e-5,
+    allow_non_finite=False,
     **overrides,
 ):
     """Build a hybrid keras_vit model from a timm hybrid ViT state dict.
@@ -210,6 +211,7 @@ def from_timm_hybrid(
         ignored=ignored,
         source="timm hybrid checkpoint",
         extra_weights=extra_weights,
+        allow_non_finite=allow_non_finite,
     )
 
 

@@ -9,6 +9,7 @@ shape, and every source tensor is consumed or explicitly ignored.
 
 import numpy as np
 
+from keras_vit.convert.io import check_finite
 from keras_vit.convert.resample import resample_position_embedding
 from keras_vit.models.vit_backbone import ViTBackbone
 from keras_vit.models.vit_classifier import ViTClassifier
@@ -75,6 +76,19 @@ def timm_name_map(num_layers):
     return entries
 
 
+def _check_dtypes(tensors, source):
+    # Every ViT weight is floating point; an integer or boolean tensor means the
+    # file's dtype labels are wrong (e.g. F32 bytes labelled I32), and casting
+    # it would load garbage silently.
+    wrong = sorted(f"{name} ({np.asarray(value).dtype})" for name, value in tensors.items()
+                   if np.asarray(value).dtype.kind != "f")
+    if wrong:
+        raise ValueError(
+            f"The {source} stores these weights with a non-floating-point dtype: {', '.join(wrong[:8])}. "
+            "ViT weights are floating point, so the file's dtype labels are wrong; export it again."
+        )
+
+
 def _describe(backbone_config):
     keys = ("image_size", "patch_size", "hidden_dim", "num_layers", "num_heads", "mlp_dim",
             "use_class_token", "num_register_tokens", "prefix_position_embedding")
@@ -93,6 +107,7 @@ def build_model(
     ignored=(),
     source="checkpoint",
     extra_weights=None,
+    allow_non_finite=False,
 ):
     """Build a keras_vit model and load timm-layout tensors into it, strictly.
 
@@ -111,6 +126,8 @@ def build_model(
         extra_weights: dict or `None`. Keras weight path -> array for
             weights outside the ViT name map (e.g. a hybrid's stem), already
             in Keras layout; assigned with the same checks.
+        allow_non_finite: bool. Load weights holding NaN or infinity
+            instead of refusing them. Defaults to `False`.
 
     Returns:
         A `ViTClassifier` (when `head_config` is given) or `ViTBackbone`.
@@ -165,6 +182,8 @@ def build_model(
             f"The {source} has tensors {extra} that the inferred model has no weight for "
             f"({_describe(backbone_config)}). Check the configuration passed with the checkpoint."
         )
+    _check_dtypes({**{e[0]: state_dict[e[0]] for e in entries}, **(extra_weights or {})}, source)
+    check_finite({**{e[0]: state_dict[e[0]] for e in entries}, **(extra_weights or {})}, source, allow_non_finite)
     assigned = set()
     mismatched = []
     values = []
