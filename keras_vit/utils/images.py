@@ -9,7 +9,6 @@ decompresses to gigabytes is never decoded), and a truncated or corrupt file.
 """
 
 import os
-import warnings
 
 from keras_vit.utils.files import quote
 from keras_vit.utils.values import to_pair
@@ -56,27 +55,26 @@ def open_image(path, max_pixels=DEFAULT_MAX_PIXELS):
         raise ValueError(f"{quote(path)} is a directory; give image files (JPEG, PNG, ...).")
     if os.path.getsize(path) == 0:
         raise ValueError(f"{quote(path)} is empty (0 bytes), not an image. Copy or download it again.")
-    with warnings.catch_warnings():
-        # The pixel limit below replaces Pillow's decompression-bomb warning.
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        try:
-            image = Image.open(path)
-        except Image.DecompressionBombError:
-            image = None
-        except (Image.UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
-            raise ValueError(
-                f"{quote(path)} is not an image Pillow can read: {_describe_content(path)} "
-                f"({type(error).__name__}). Give a JPEG, PNG, WebP, BMP, GIF or TIFF file."
-            ) from None
-    if image is None or image.width * image.height > max_pixels:
-        size = "more than Pillow's own limit of" if image is None else f"{image.width} x {image.height} ="
-        pixels = f"{2 * Image.MAX_IMAGE_PIXELS:,}" if image is None else f"{image.width * image.height:,}"
-        if image is not None:
-            image.close()
+    # `max_pixels` replaces Pillow's own decompression-bomb limit (a warning
+    # at 89 Mpx, an error naming no file at 179 Mpx): the size is read from
+    # the header and compared below, before anything is decoded.
+    pillow_limit = Image.MAX_IMAGE_PIXELS
+    try:
+        Image.MAX_IMAGE_PIXELS = None
+        image = Image.open(path)
+    except (Image.UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
         raise ValueError(
-            f"{quote(path)} declares {size} {pixels} pixels, over the limit of {max_pixels:,}. Decoding it "
-            "would take gigabytes of memory. Downscale it first, or raise the limit (`max_pixels=`, or "
-            "`--max-pixels` on the command line) if you trust the file."
+            f"{quote(path)} is not an image Pillow can read: {_describe_content(path)} "
+            f"({type(error).__name__}). Give a JPEG, PNG, WebP, BMP, GIF or TIFF file."
+        ) from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = pillow_limit
+    if image.width * image.height > max_pixels:
+        image.close()
+        raise ValueError(
+            f"{quote(path)} declares {image.width} x {image.height} = {image.width * image.height:,} pixels, over "
+            f"the limit of {max_pixels:,}. Decoding it would take gigabytes of memory. Downscale it first, or "
+            "raise the limit (`max_pixels=`, or `--max-pixels` on the command line) if you trust the file."
         )
     return image
 
@@ -99,13 +97,16 @@ def load_image(path, image_size, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
     Raises:
         ValueError: naming the file, for every way the file can be bad.
     """
+    import warnings
+
     import numpy as np
     from PIL import Image
 
     height, width = to_pair(image_size, "image_size")
     if num_channels not in (1, 3):
         raise ValueError(f"`num_channels` must be 1 or 3 to read image files. Received: num_channels={num_channels!r}")
-    with open_image(path, max_pixels) as image:
+    with open_image(path, max_pixels) as image, warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size was checked on open
         try:
             image = image.convert("RGB" if num_channels == 3 else "L")
         except (OSError, SyntaxError, ValueError) as error:
