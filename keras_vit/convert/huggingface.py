@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from keras_vit.convert.io import write_safetensors
-from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, model_to_timm
+from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, check_tensors, model_to_timm
 from keras_vit.utils import atomic_write
 from keras_vit.utils.files import quote
 
@@ -238,8 +238,10 @@ def from_huggingface(
             "so it cannot be converted faithfully."
         )
     _check_config(config)
+    check_tensors(state_dict, "Hugging Face checkpoint")  # dtypes, before q/k/v are fused
     num_layers = int(config["num_hidden_layers"])
     timm_state, ignored = huggingface_to_timm(state_dict)
+    check_tensors(timm_state, "Hugging Face checkpoint")  # ranks, under timm's names
     patch_size = _pair(config.get("patch_size", 16))
     source_size = _pair(config.get("image_size", 224))
     _check_config_against_weights(config, timm_state, source_size, patch_size)

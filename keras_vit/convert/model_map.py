@@ -7,6 +7,8 @@ assignment is strict: every model weight is set exactly once with a checked
 shape, and every source tensor is consumed or explicitly ignored.
 """
 
+import re
+
 import numpy as np
 
 from keras_vit.convert.io import check_finite
@@ -74,6 +76,47 @@ def timm_name_map(num_layers):
             (src + "ls2.gamma", dst + "layer_scale2/gamma", _same),
         ]
     return entries
+
+
+def _rank(key, to_keras):
+    if to_keras is _patch_kernel:
+        return 4
+    if to_keras is _linear:
+        return 2
+    return 3 if key in ("cls_token", "reg_token", "pos_embed") else 1
+
+
+# timm-layout name (block names without their index) -> the rank its tensor must have.
+_RANKS = {key.replace("blocks.0.", ""): _rank(key, to_keras) for key, _, to_keras in timm_name_map(1)}
+
+
+def check_tensors(state_dict, source):
+    """Refuse tensors that cannot be ViT weights before anything indexes their shapes.
+
+    Every tensor must be floating point (an integer or boolean one means the
+    file's dtype labels are wrong, e.g. F32 bytes labelled I32), and every
+    tensor with a timm ViT name must have that weight's rank (4 for the patch
+    kernel, 3 for tokens and the position embedding, 2 for Linear weights, 1
+    for biases and norms).
+
+    Args:
+        state_dict: dict of str to arrays, timm names (other names are only
+            dtype-checked).
+        source: str. Names the checkpoint in the message.
+
+    Raises:
+        ValueError: listing the offending tensors.
+    """
+    _check_dtypes(state_dict, source)
+    wrong = []
+    for key, value in state_dict.items():
+        match = re.match(r"blocks\.\d+\.(.+)$", key)
+        rank = _RANKS.get(match.group(1) if match else key)
+        if rank is not None and np.ndim(value) != rank:
+            wrong.append(f"{key} has shape {tuple(np.shape(value))}, a ViT needs a rank-{rank} tensor")
+    if wrong:
+        raise ValueError(f"The {source} has tensors of the wrong rank: " + "; ".join(sorted(wrong)[:8])
+                         + ". The file is damaged or is not a ViT checkpoint.")
 
 
 def _check_dtypes(tensors, source):
@@ -182,7 +225,8 @@ def build_model(
             f"The {source} has tensors {extra} that the inferred model has no weight for "
             f"({_describe(backbone_config)}). Check the configuration passed with the checkpoint."
         )
-    _check_dtypes({**{e[0]: state_dict[e[0]] for e in entries}, **(extra_weights or {})}, source)
+    check_tensors({e[0]: state_dict[e[0]] for e in entries}, source)
+    _check_dtypes(extra_weights or {}, source)
     check_finite({**{e[0]: state_dict[e[0]] for e in entries}, **(extra_weights or {})}, source, allow_non_finite)
     assigned = set()
     mismatched = []

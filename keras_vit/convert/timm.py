@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, model_to_timm
+from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, check_tensors, model_to_timm
 from keras_vit.models.variants import MODEL_SIZES
 
 # timm's ViT default preprocessing (`_cfg`: IMAGENET_INCEPTION_MEAN/STD).
@@ -104,6 +104,7 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
     model_args = dict(config.get("model_args") or {})
     pretrained_cfg = dict(config.get("pretrained_cfg") or {})
     _check_unsupported(state_dict)
+    check_tensors(state_dict, "timm checkpoint")
     if "patch_embed.proj.weight" not in state_dict:
         raise ValueError(
             "This is not a timm ViT state dict: it has no 'patch_embed.proj.weight'. "
