@@ -96,7 +96,9 @@ def sniff(head, size):
         return "zip"
     if head[:8] == b"\x89HDF\r\n\x1a\n":
         return "hdf5"
-    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+    # PROTO 2-5, then an opcode (never 0x00), so a truncated safetensors file
+    # with a short header (0x80, 0x02, 0x00, ...) is not called a pickle.
+    if len(head) >= 3 and head[0] == 0x80 and 2 <= head[1] <= 5 and head[2] != 0:
         return "pickle"
     return None
 

@@ -27,14 +27,24 @@ def normalize_pair(value, name):
 
 
 def _looks_channels_first(shape, num_channels):
-    # (B, C, H, W): a small channel axis second and a large last axis. With a
-    # known channel count the second axis must be it and the last must not be.
+    # (B, C, H, W): the expected channel count second and something else
+    # last. Without a known channel count, a small axis second and a large
+    # one last only makes a hint (a hybrid's feature map can be (B, 4, 6, 128)).
     _, second, _, last = shape
     if second is None or last is None:
         return False
     if num_channels is not None:
         return second == num_channels and last != num_channels
     return second in (1, 3, 4) and last > 4
+
+
+def _channels_first_advice(shape, num_channels):
+    expected = "C" if num_channels is None else num_channels
+    return (
+        f"The input shape {tuple(shape)} looks channels-first (batch, channels, height, width). Transpose it "
+        f"with `ops.transpose(x, (0, 2, 3, 1))` (numpy: `np.transpose(x, (0, 2, 3, 1))`) to get "
+        f"{(shape[0], shape[2], shape[3], shape[1])}; the model takes {expected} channel(s) last."
+    )
 
 
 def check_dtype(images, layer_name="Patches"):
@@ -70,16 +80,18 @@ def check_image_shape(shape, patch_size, num_channels=None, layer_name="Patches"
             f"{layer_name} received an empty batch (shape {tuple(shape)}): there is nothing to compute. "
             "Pass at least one image; check the filter or split that produced the batch."
         )
-    if _looks_channels_first(shape, num_channels):
-        expected = "C" if num_channels is None else num_channels
+    if num_channels is not None and _looks_channels_first(shape, num_channels):
         raise ValueError(
-            f"{layer_name} expects channels-last images (batch, height, width, channels), but the input "
-            f"shape {tuple(shape)} looks channels-first (batch, channels, height, width). Transpose it "
-            f"with `ops.transpose(x, (0, 2, 3, 1))` (numpy: `np.transpose(x, (0, 2, 3, 1))`) to get "
-            f"{(shape[0], shape[2], shape[3], shape[1])}; the model takes {expected} channel(s) last."
+            f"{layer_name} expects channels-last images (batch, height, width, channels). "
+            + _channels_first_advice(shape, num_channels)
         )
     for size, patch, axis in ((height, patch_size[0], "height"), (width, patch_size[1], "width")):
         if size is not None and size % patch != 0:
+            if _looks_channels_first(shape, num_channels):
+                raise ValueError(
+                    f"{layer_name}: image {axis} {size} is not divisible by the patch {axis} {patch}. "
+                    + _channels_first_advice(shape, num_channels)
+                )
             raise ValueError(
                 f"Image {axis} {size} is not divisible by the patch {axis} "
                 f"{patch}. Resize or crop the images to a multiple of {patch}, "

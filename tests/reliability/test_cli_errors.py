@@ -287,3 +287,26 @@ def test_command_line_without_keras_backend_picks_one():
                           env={**{k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}, "PYTHONPATH": ROOT})
     assert done.returncode == 0, done.stderr
     assert "keras-vit: using the " in done.stderr and "presets." in done.stdout
+
+
+def test_predict_rescales_for_a_model_built_for_unit_pixels(tmp_path, files, capsys):
+    """A model whose preprocessing expects [0, 1] pixels gets the file's [0, 255] pixels rescaled, not silently
+    fed out of range."""
+    tiny_classifier(pixel_scale=1.0).save(tmp_path / "unit.keras")
+    code, out, err = run_cli(["predict", files / "photo.png", "--preset", tmp_path / "unit.keras"], capsys)
+    assert code == 0, err
+    assert "expects pixels in [0, 1]; rescaling" in err and "class " in out
+
+
+def test_convert_a_keras_model_to_timm(tmp_path, files, capsys):
+    import keras
+
+    from keras_vit.convert import load_checkpoint
+
+    code, _, err = run_cli(["convert", files / "tiny.keras", tmp_path / "tiny.safetensors"], capsys)
+    assert code == 0, err
+    original = keras.saving.load_model(files / "tiny.keras")
+    images = np.random.default_rng(1).uniform(0, 255, (2, 8, 8, 3)).astype("float32")
+    converted = load_checkpoint(tmp_path / "tiny.safetensors", activation="softmax")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(converted(images)),
+                               keras.ops.convert_to_numpy(original(images)), atol=1e-5)

@@ -256,3 +256,11 @@ def test_damaged_keras_files(tmp_path, keras_files, name, cut):
     assert phrase in str(error.value)
     check_keras_file(keras_files / name)  # the intact file passes
     assert os.path.getsize(keras_files / name) == len(data)
+
+
+def test_truncated_file_with_a_0x80_length_byte_is_called_truncated(tmp_path):
+    """Cut inside its header, a safetensors file whose length starts 0x80 0x02 is truncated, not a pickle."""
+    path = tmp_path / "cut.safetensors"
+    path.write_bytes(struct.pack("<Q", 0x0280) + b'{"w":{"dtype"')
+    with pytest.raises(ValueError, match="cut.safetensors is truncated"):
+        read_safetensors(path)
