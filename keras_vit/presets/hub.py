@@ -75,7 +75,7 @@ def _download_file(repo_id, filename, revision, target_dir):
     except ImportError as error:
         raise ImportError(
             "Downloading presets needs the `huggingface_hub` package, which is not installed. "
-            "Install it with `pip install huggingface_hub` (or `pip install keras-vit[hub]`), or pass "
+            "Install it with `pip install huggingface_hub` (or `pip install 'keras3-vit[hub]'`), or pass "
             "the path of a checkpoint already on disk instead of a preset name."
         ) from error
     return hf_hub_download(repo_id=repo_id, filename=filename, revision=revision, local_dir=target_dir)
