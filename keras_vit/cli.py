@@ -35,12 +35,10 @@ _KERAS_DEFAULT_BACKEND = "tensorflow"
 
 
 def _version():
-    try:
-        from importlib.metadata import version
+    # The package's own attribute, which pyproject.toml also reads: one source of the version.
+    from keras_vit import __version__
 
-        return version("keras-vit")
-    except Exception:  # not installed as a distribution (a source checkout on PYTHONPATH)
-        return "unknown"
+    return __version__
 
 
 def _command_module(name):
@@ -124,15 +122,17 @@ def main(argv=None):
     debug = _debug_requested(argv)
     prefix = f"keras-vit {command}" if command in COMMANDS else "keras-vit"
     try:
+        # Before the parser imports the command's module, which imports Keras: Keras reads
+        # KERAS_BACKEND once, at its import. In-process callers (tests, notebooks) have fixed it.
+        if command in COMMANDS and "keras" not in sys.modules:
+            note = choose_backend()
+            if note:
+                print(note, file=sys.stderr)
         parser = build_parser(command if command in COMMANDS else None)
         args = parser.parse_args(argv)  # argparse prints its own usage errors and exits with 2
         if args.command is None:
             parser.print_help()
             return 2
-        if "keras" not in sys.modules:  # in-process callers (tests, notebooks) already fixed the backend
-            note = choose_backend()
-            if note:
-                print(note, file=sys.stderr)
         return _command_module(args.command).run(args) or 0
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)
