@@ -351,8 +351,7 @@ class ViTBackbone(ViTModel):
         config = self.get_config()
         config["image_size"] = image_size
         if self.stem is not None:
-            # A copy of the stem from its config, built anew at the new size.
-            config["stem"] = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(self.stem))
+            config["stem"] = _copy_stem(self.stem)
         try:
             backbone = type(self).from_config(config)
         except ValueError as error:
@@ -436,6 +435,23 @@ class ViTBackbone(ViTModel):
             A `ViTBackbone`.
         """
         return super().from_preset(preset, image_size=image_size, load_weights=load_weights)
+
+
+def _copy_stem(stem):
+    """A new, unbuilt copy of `stem` (its weights are copied afterwards).
+
+    A Sequential is rebuilt from copies of its layers without its recorded
+    input shape, so it builds anew at the new image size; convolutional
+    stems' weights do not depend on that size.
+    """
+    def copy(layer):
+        return keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+
+    if isinstance(stem, keras.Sequential):
+        new = keras.Sequential([copy(layer) for layer in stem.layers], name=stem.name)
+        new.trainable = stem.trainable
+        return new
+    return copy(stem)
 
 
 def copy_weights(source, target):
