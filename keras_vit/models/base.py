@@ -20,8 +20,13 @@ KERAS_ARGUMENTS = ("trainable",)
 MAX_PARAMETERS = 4_000_000_000
 
 
-class ViTModel(keras.Model):
-    """Base class of the keras_vit models.
+class ViTModel:
+    """Base class of the keras_vit models, listed before `keras.Model`.
+
+    `class ViTBackbone(ViTModel, keras.Model)`: a mixin rather than a
+    `keras.Model` subclass, because Keras rewrites the base classes of every
+    class above a functional model (it injects `Functional`), which would
+    turn the subclassed `MaskedPatchPredictor` into a functional model too.
 
     Subclasses pass their own constructor arguments explicitly and hand
     `name`, `dtype` and Keras' arguments (`trainable`) here. Each

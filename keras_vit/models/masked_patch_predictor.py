@@ -15,7 +15,7 @@ SUBGRID = 4
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class MaskedPatchPredictor(ViTModel):
+class MaskedPatchPredictor(ViTModel, keras.Model):
     """Self-supervised pre-training of a ViT backbone by masked patch prediction.
 
     The objective of §4.6 and appendix B.1.2 of the ViT paper, a BERT-like

@@ -46,7 +46,7 @@ def check_parameter_count(count, where):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViTBackbone(ViTModel):
+class ViTBackbone(ViTModel, keras.Model):
     """Vision Transformer encoder: images in, normalised tokens out.
 
     The data path is `ImageNormalization -> [stem] -> Patches ->
@@ -457,17 +457,22 @@ def _copy_stem(stem):
 def copy_weights(source, target):
     """Copy the weights of `source` into `target`, two models with the same layers.
 
-    Variables are matched by path (layer names are stable); a learned
+    Variables are matched in order and by name; a learned
     position-embedding table whose grid changed is resampled, its prefix
     rows kept.
     """
-    source_weights = {variable.path: variable for variable in source.weights}
-    for variable in target.weights:
-        if variable.path not in source_weights:
-            raise ValueError(f"Cannot transfer weights: the source model has no variable {variable.path!r}.")
-        value = keras.ops.convert_to_numpy(source_weights[variable.path].value)
+    if len(source.weights) != len(target.weights):
+        raise ValueError(
+            f"Cannot transfer weights: the source has {len(source.weights)} variables, the target "
+            f"{len(target.weights)}."
+        )
+    # Both models come from the same config, so their variables are in the same order.
+    for source_variable, variable in zip(source.weights, target.weights):
+        if source_variable.name != variable.name:
+            raise ValueError(f"Cannot transfer {source_variable.path!r} into {variable.path!r}.")
+        value = keras.ops.convert_to_numpy(source_variable.value)
         if tuple(value.shape) != tuple(variable.shape):
-            if not variable.path.endswith("position_embedding"):
+            if variable.name != "position_embedding":
                 raise ValueError(f"Cannot transfer {variable.path!r}: shape {value.shape} vs {tuple(variable.shape)}.")
             prefix_rows = value.shape[1] - source.grid_size[0] * source.grid_size[1]
             value = resample_position_embedding(value, prefix_rows, source.grid_size, target.grid_size)

@@ -37,7 +37,7 @@ def check_class_names(class_names, num_classes):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViTClassifier(ViTModel):
+class ViTClassifier(ViTModel, keras.Model):
     """A ViT backbone, a pooling of its tokens, and a classification head.
 
     The head follows the paper: an optional one-hidden-layer `tanh`
