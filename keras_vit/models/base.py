@@ -11,6 +11,8 @@ import inspect
 
 import keras
 
+from keras_vit.layers.patches import check_image_shape
+
 # Keras' own constructor arguments that every model keeps accepting.
 KERAS_ARGUMENTS = ("trainable",)
 
@@ -75,6 +77,56 @@ class ViTModel:
                 f"{', '.join(unknown)}. Valid arguments: {', '.join(valid)}. "
                 f"Received: {', '.join(f'{k}={kwargs[k]!r}' for k in unknown)}"
             )
+
+    # === Inputs checked before tracing ===
+
+    def image_shape(self):
+        """`(height, width, channels)` of the images this model takes."""
+        backbone = getattr(self, "backbone", self)
+        return tuple(backbone.image_size) + (backbone.num_channels,)
+
+    def check_batch(self, x, y=None):
+        """Raise a clear error for images (or labels) that do not fit, before any tracing.
+
+        A wrong-shaped batch that reaches a compiled `predict` on JAX leaves
+        the model's variables purged and the model unusable; checking
+        arrays, tensors and `tf.data` element specs first avoids that.
+        """
+        spec = getattr(x, "element_spec", None)
+        if spec is not None:  # a tf.data.Dataset of images or (images, labels)
+            if isinstance(spec, (tuple, list)):
+                spec, y = spec[0], (spec[1] if len(spec) > 1 else None)
+            x = spec
+        shape = getattr(x, "shape", None)
+        if shape is None:
+            return
+        shape = tuple(None if d is None else int(d) for d in shape)
+        expected = self.image_shape()
+        # Rank and channels first, with the layers' own messages.
+        check_image_shape(shape, (1, 1), num_channels=expected[2], layer_name="The model")
+        if any(got is not None and got != want for got, want in zip(shape[1:], expected)):
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' takes batches of images shaped (batch, {expected[0]}, "
+                f"{expected[1]}, {expected[2]}) but received a batch of shape {shape}. Resize the images "
+                f"(e.g. keras.layers.Resizing({expected[0]}, {expected[1]})), or get a model for their size "
+                "with `model.with_image_size(...)`."
+            )
+        self.check_labels(y)
+
+    def check_labels(self, y):
+        """Subclasses check labels against their loss; the default accepts anything."""
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        self.check_batch(x, y)
+        return super().fit(x, y, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        self.check_batch(x, y)
+        return super().evaluate(x, y, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        self.check_batch(x)
+        return super().predict(x, *args, **kwargs)
 
     # === Config ===
 

@@ -157,7 +157,7 @@ class ViTBackbone(ViTModel, keras.Model):
                                 num_prefix_tokens, layer_scale_init is not None), "ViTBackbone")
         if position_embedding not in ("learned", "sincos2d", "none"):
             raise ValueError(
-                "`position_embedding` must be 'learned', 'sincos2d' or 'none'. "
+                "Unknown `position_embedding`. Use one of ('learned', 'sincos2d', 'none'). "
                 f"Received: position_embedding={position_embedding!r}"
             )
         if stem is not None and not isinstance(stem, keras.layers.Layer):

@@ -105,7 +105,7 @@ class ViTClassifier(ViTModel, keras.Model):
                 f"Received: representation_size={representation_size!r}"
             )
         if pooling not in ("token", "gap"):
-            raise ValueError(f"`pooling` must be 'token' or 'gap'. Received: pooling={pooling!r}")
+            raise ValueError(f"Unknown `pooling`. Use one of ('token', 'gap'). Received: pooling={pooling!r}")
         class_names = check_class_names(class_names, num_classes)
         check_parameter_count(backbone.hidden_dim * num_classes, "ViTClassifier head")
         num_prefix_tokens = backbone.num_prefix_tokens
@@ -183,6 +183,18 @@ class ViTClassifier(ViTModel, keras.Model):
         if metrics == "auto":
             metrics = ["accuracy"]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def check_labels(self, y):
+        shape = getattr(y, "shape", None)
+        if shape is None or not isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy):
+            return
+        if len(shape) == 2 and shape[-1] == self.num_classes and self.num_classes > 1:
+            raise ValueError(
+                f"The labels look one-hot (shape {tuple(shape)}), but the loss is sparse categorical "
+                "cross-entropy, which takes integer class indices. Pass integer labels (e.g. "
+                "`labels.argmax(-1)`), or compile with loss='categorical_crossentropy' "
+                f"(from_logits={self.activation is None})."
+            )
 
     def get_config(self):
         return {

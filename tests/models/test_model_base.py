@@ -246,3 +246,29 @@ def test_masked_patch_predictor_preset_round_trip(tmp_path):
         np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
     backbone = keras_vit.ViTBackbone.from_preset(str(tmp_path))  # its pre-trained encoder
     np.testing.assert_allclose(to_numpy(backbone(_images())), to_numpy(predictor.backbone(_images())), atol=1e-6)
+
+
+# === Bad input checked before tracing ===
+
+
+def test_a_wrong_shaped_batch_leaves_the_model_usable():
+    model = keras_vit.ViTClassifier(keras_vit.ViTBackbone(**TINY), num_classes=3)
+    for call in (lambda x: model.predict(x, verbose=0), lambda x: model.backbone.predict(x, verbose=0)):
+        with pytest.raises(ValueError, match=r"takes batches of images shaped \(batch, 16, 16, 3\).*\(2, 20, 20, 3\)"):
+            call(_images(size=20))
+        assert call(_images()).shape[0] == 2  # on JAX a traced failure used to purge the variables
+    model.compile()
+    with pytest.raises(ValueError, match=r"\(batch, 16, 16, 3\).*\(2, 8, 8, 3\).*with_image_size"):
+        model.evaluate(_images()[:, :8, :8], np.zeros(2), verbose=0)
+    with pytest.raises(ValueError, match=r"rank 3 with shape \(2, 8, 8\)"):
+        model.evaluate(_images()[:, :8, :8, 0], np.zeros(2), verbose=0)
+
+
+def test_one_hot_labels_with_the_default_loss_are_a_clear_error():
+    model = keras_vit.ViTClassifier(keras_vit.ViTBackbone(**TINY), num_classes=3)
+    model.compile()
+    with pytest.raises(ValueError, match="look one-hot.*loss='categorical_crossentropy'"):
+        model.fit(_images(), np.eye(3)[[0, 2]], verbose=0)
+    model.fit(_images(), np.array([0, 2]), verbose=0)  # integer labels train
+    model.compile(loss="categorical_crossentropy")
+    model.fit(_images(), np.eye(3)[[0, 2]].astype("float32"), verbose=0)

@@ -147,7 +147,7 @@ INVALID_CONFIGS = [
     (lambda d: d["config"]["backbone"]["config"].update(hidden_dim=10**9), "`hidden_dim` of ViTBackbone is at most"),
     (lambda d: d["config"]["backbone"]["config"].update(dropout=1.5), "`dropout` must be a number in"),
     (lambda d: d["config"]["backbone"].update(class_name="Sequential"), "`backbone` must be a serialized ViTBackbone"),
-    (lambda d: d["config"]["backbone"]["config"].update(position_embedding="rope"), "`position_embedding` must be"),
+    (lambda d: d["config"]["backbone"]["config"].update(position_embedding="rope"), "Unknown `position_embedding`"),
     (lambda d: d["config"].update(class_names=["a"]), "`class_names` must hold one name per class"),
 ]
 
