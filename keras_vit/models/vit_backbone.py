@@ -53,6 +53,8 @@ class ViTBackbone(ViTModel, keras.Model):
     PatchEncoder -> TransformerBlock x num_layers -> LayerNorm`. Raw pixels
     go in (the preprocessing is part of the model); the output holds one
     vector per token, the class (and register) tokens first.
+    `feature_extractor()` gives every block's tokens and attention
+    probabilities; `with_image_size()` a copy at another resolution.
 
     Args:
         image_size: int or tuple of two ints. Input height and width.
