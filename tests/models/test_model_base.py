@@ -52,7 +52,7 @@ def test_wrong_backbone_and_stem_types_are_clear_errors():
     ],
 )
 def test_sizes_past_the_limits_fail_before_any_variable_is_created(overrides, message):
-    # StatelessScope: any variable created would be recorded; none may be.
+    # The constructor checks these before it creates any layer (so no variable exists yet).
     with pytest.raises(ValueError, match=message):
         keras_vit.ViTBackbone(**{**TINY, **overrides})
 
