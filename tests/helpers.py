@@ -1,4 +1,4 @@
-"""The contract every keras_vit layer and model keeps (STYLE.md point 2).
+"""The contract every keras_vit layer and model keeps (after Keras' own `run_layer_test`).
 
 `run_layer_contract` checks, for one layer configuration:
   - `get_config` round trip: `from_config(get_config())` rebuilds an

@@ -1,5 +1,7 @@
 """`keras-vit convert SRC DST`: turn a timm / Hugging Face / Google checkpoint into Keras files."""
 
+import argparse
+
 FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
 
 
@@ -52,8 +54,11 @@ def add_arguments(parser):
                         help="attention heads, for checkpoints whose width does not determine them")
     parser.add_argument("--allow-non-finite", action="store_true",
                         help="load weights holding NaN or infinity instead of refusing the checkpoint")
-    parser.add_argument("--softmax", action="store_true",
-                        help="output probabilities instead of logits (the default, as timm and Hugging Face)")
+    parser.add_argument("--logits", action="store_true",
+                        help="output logits (activation=None) instead of probabilities, the default of every "
+                        "ViTClassifier")
+    # Probabilities are the default now; --softmax stays accepted for old scripts.
+    parser.add_argument("--softmax", action="store_true", help=argparse.SUPPRESS)
 
 
 def _outputs(destination, target):
@@ -153,7 +158,7 @@ def _load_source(args, image_size, overrides):
         if image_size is not None or args.no_head or overrides:
             from keras_vit.commands import UsageError
 
-            raise UsageError("--image-size, --no-head, --num-heads and --softmax apply to checkpoints; a .keras "
+            raise UsageError("--image-size, --no-head, --num-heads and --logits apply to checkpoints; a .keras "
                              "source is converted as it is.")
         return keras.saving.load_model(args.source, safe_mode=True)
     return load_checkpoint(
@@ -182,8 +187,8 @@ def run(args):
     overrides = {}
     if args.num_heads is not None:
         overrides["num_heads"] = args.num_heads
-    if args.softmax:
-        overrides["activation"] = "softmax"
+    if args.logits:
+        overrides["activation"] = None
     if args.allow_non_finite:
         overrides["allow_non_finite"] = True
     model = _load_source(args, image_size, overrides)

@@ -85,14 +85,13 @@ def run(args):
         scores = np.exp(scores - scores.max(-1, keepdims=True))
         scores /= scores.sum(-1, keepdims=True)
     top = min(args.top, scores.shape[-1])
-    for path, row in zip(args.images, scores):
-        print(f"{path}:")
-        if scores.shape[-1] == 1000:
-            from keras_vit.presets.imagenet import decode_predictions
+    from keras_vit.presets.imagenet import decode_predictions
 
-            for rank, (synset, name, score) in enumerate(decode_predictions(row[None], top=top)[0], 1):
-                print(f"  {rank}. {name} ({synset}): {score:.4f}")
-        else:
-            for rank, index in enumerate(np.argsort(-row, kind="stable")[:top], 1):
-                print(f"  {rank}. class {index}: {row[index]:.4f}")
+    decoded = decode_predictions(scores, model, top=top)
+    for path, best in zip(args.images, decoded):
+        print(f"{path}:")
+        for rank, (class_id, name, score) in enumerate(best, 1):
+            # Unnamed classes come back as ("3", "class 3"); named ones show their id too.
+            label = name if name == f"class {class_id}" else f"{name} ({class_id})"
+            print(f"  {rank}. {label}: {score:.4f}")
     return 0

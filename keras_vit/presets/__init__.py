@@ -9,7 +9,8 @@ import copy as _copy
 
 from keras_vit.presets.hub import cache_dir
 from keras_vit.presets.imagenet import decode_predictions, imagenet_classes
-from keras_vit.presets.loader import load_preset, save_to_preset, validate_config
+from keras_vit.presets.keras_vit_format import save_to_preset, validate_config
+from keras_vit.presets.load import load_preset
 from keras_vit.presets.registry import PRESETS
 
 

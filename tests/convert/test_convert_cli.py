@@ -11,11 +11,17 @@ from tests.convert.helpers import TOLERANCE, fixture_path, max_abs_diff, predict
 def test_convert_to_keras_and_weights(tmp_path, capsys):
     reference = np.load(fixture_path("nonsquare", "reference.npz"), allow_pickle=False)
     assert cli.main(["convert", fixture_path("nonsquare"), str(tmp_path / "model.keras")]) == 0
+    probabilities = keras.saving.load_model(tmp_path / "model.keras")
+    assert probabilities.activation == "softmax"  # the default of every ViTClassifier
+    logits = reference["logits"] - reference["logits"].max(-1, keepdims=True)
+    expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    assert max_abs_diff(predict(probabilities, reference["images"]), expected) <= TOLERANCE
+    assert cli.main(["convert", fixture_path("nonsquare"), str(tmp_path / "model.keras"), "--logits"]) == 0
     model = keras.saving.load_model(tmp_path / "model.keras")
     assert max_abs_diff(predict(model, reference["images"]), reference["logits"]) <= TOLERANCE
 
     assert cli.main(["convert", fixture_path("nonsquare"), str(tmp_path / "model.weights.h5")]) == 0
-    rebuilt = load_checkpoint(fixture_path("nonsquare"), image_size=(12, 20))
+    rebuilt = load_checkpoint(fixture_path("nonsquare"), image_size=(12, 20), activation=None)
     for variable in rebuilt.weights:
         variable.assign(np.zeros(variable.shape, "float32"))
     rebuilt.load_weights(tmp_path / "model.weights.h5")
@@ -27,7 +33,7 @@ def test_convert_resampled_timm_file_and_errors(tmp_path, capsys):
     out = tmp_path / "resampled.safetensors"
     assert cli.main(["convert", fixture_path("cls_token"), str(out), "--image-size", "24"]) == 0
     reference = np.load(fixture_path("cls_token", "reference_24x24.npz"), allow_pickle=False)
-    assert max_abs_diff(predict(load_checkpoint(out), reference["images"]), reference["logits"]) <= TOLERANCE
+    assert max_abs_diff(predict(load_checkpoint(out, activation=None), reference["images"]), reference["logits"]) <= TOLERANCE
 
     (tmp_path / "model.bin").write_bytes(b"\x80\x04K\x01.")
     assert cli.main(["convert", str(tmp_path / "model.bin"), str(tmp_path / "x.keras")]) == 1

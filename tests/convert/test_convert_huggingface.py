@@ -51,7 +51,7 @@ def test_classifier_nonsquare_eps_1e12(tmp_path):
     with torch.no_grad():
         expected = source(pixel_values=_hf_inputs(images, IMAGENET_MEAN, IMAGENET_STD)).logits.numpy()
 
-    model = load_checkpoint(tmp_path)
+    model = load_checkpoint(tmp_path, activation=None)
     assert isinstance(model, ViTClassifier) and model.activation is None
     assert model.backbone.layer_norm_epsilon == 1e-12
     assert model.input_shape[1:] == (8, 12, 3)
@@ -67,7 +67,7 @@ def test_model_with_pooler_no_qkv_bias(tmp_path):
     images = _images(1, 12, 12)
     with torch.no_grad():
         expected = source(pixel_values=_hf_inputs(images)).last_hidden_state.numpy()
-    backbone = load_checkpoint(tmp_path)
+    backbone = load_checkpoint(tmp_path, activation=None)
     assert isinstance(backbone, ViTBackbone) and not backbone.use_qkv_bias
     assert max_abs_diff(predict(backbone, images), expected) <= TOLERANCE
 
@@ -80,7 +80,7 @@ def test_interpolate_pos_encoding_matches_hf(tmp_path):
     images = _images(2, 20, 20)
     with torch.no_grad():
         expected = source(pixel_values=_hf_inputs(images), interpolate_pos_encoding=True).last_hidden_state.numpy()
-    backbone = load_checkpoint(tmp_path, image_size=20, antialias=False)
+    backbone = load_checkpoint(tmp_path, image_size=20, antialias=False, activation=None)
     assert max_abs_diff(predict(backbone, images), expected) <= TOLERANCE
 
 
@@ -88,7 +88,7 @@ def test_export_huggingface_round_trip(tmp_path):
     config = transformers.ViTConfig(**TINY, image_size=[8, 12], num_labels=4, layer_norm_eps=1e-12)
     source = _randomize(transformers.ViTForImageClassification(config), seed=3)
     _save(source, tmp_path / "source", IMAGENET_MEAN, IMAGENET_STD)
-    model = load_checkpoint(tmp_path / "source")
+    model = load_checkpoint(tmp_path / "source", activation=None)
 
     export_huggingface(model, tmp_path / "exported")
     reloaded = transformers.ViTForImageClassification.from_pretrained(tmp_path / "exported").eval()
@@ -119,13 +119,13 @@ def test_unknown_hf_tensor_is_listed():
     config = {"model_type": "vit", **TINY, "image_size": 8, "layer_norm_eps": 1e-12}
     state_dict = {"embeddings.cls_token": np.zeros((1, 1, 16), np.float32), "decoder.0.weight": np.zeros((3, 3))}
     with pytest.raises(ValueError, match=r"decoder\.0\.weight"):
-        from_huggingface(config, state_dict)
+        from_huggingface(config, state_dict, activation=None)
 
 
 def test_gelu_variant_refused():
     config = {"model_type": "vit", **TINY, "image_size": 8, "hidden_act": "gelu_new"}
     with pytest.raises(ValueError, match="exact"):
-        from_huggingface(config, {})
+        from_huggingface(config, {}, activation=None)
 
 
 def test_config_json_written_is_valid(tmp_path):

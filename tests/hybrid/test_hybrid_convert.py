@@ -36,7 +36,7 @@ def _run(model, images):
 
 
 def test_timm_hybrid_matches_timm_at_224(reference):
-    model = load_checkpoint(WEIGHTS, num_groups=4, num_heads=4)
+    model = load_checkpoint(WEIGHTS, num_groups=4, num_heads=4, activation=None)
     backbone = model.backbone
     assert backbone.stem.name == "bit_resnet" and backbone.patch_size == (1, 1) and backbone.grid_size == (14, 14)
     assert [layer.name for layer in backbone.stem.layers] == [
@@ -50,7 +50,7 @@ def test_timm_hybrid_matches_timm_at_224(reference):
 def test_timm_hybrid_matches_timm_non_square(reference):
     state_dict = read_safetensors(WEIGHTS)
     state_dict["pos_embed"] = reference["pos_embed_96x160"]  # timm's table for the 6x10 token grid
-    model = from_timm(state_dict, num_groups=4, num_heads=4, source_image_size=(96, 160))
+    model = from_timm(state_dict, num_groups=4, num_heads=4, source_image_size=(96, 160), activation=None)
     assert model.backbone.image_size == (96, 160) and model.backbone.grid_size == (6, 10)
     images = reference["images_96x160"]
     np.testing.assert_allclose(_run(model, images), reference["logits_96x160"], atol=TOLERANCE, rtol=0)
@@ -61,7 +61,7 @@ def test_google_npz_hybrid_matches_timm(reference):
     # The .npz was checked against timm's own .npz reader when it was made.
     arrays = read_npz(GOOGLE)
     assert "block1/unit1/conv_proj/kernel" in arrays and "gn_root/scale" in arrays
-    model = from_npz(arrays, num_groups=4)
+    model = from_npz(arrays, num_groups=4, activation=None)
     assert model.backbone.num_heads == 4
     np.testing.assert_allclose(_run(model, reference["images_224"]), reference["logits_224"], atol=TOLERANCE, rtol=0)
 
@@ -87,11 +87,11 @@ def test_resolution_change_resamples_the_token_grid():
 def test_group_count_mismatch_is_a_clear_error():
     # GroupNorm's group count is in no weight; timm's default (32) cannot split 8 channels.
     with pytest.raises(ValueError, match="num_groups"):
-        load_checkpoint(WEIGHTS, num_heads=4)
+        load_checkpoint(WEIGHTS, num_heads=4, activation=None)
 
 
 def test_stray_backbone_tensors_are_refused():
     state_dict = read_safetensors(WEIGHTS)
     state_dict["patch_embed.backbone.stem.extra.weight"] = np.zeros(3, np.float32)
     with pytest.raises(ValueError, match="stem.extra.weight"):
-        from_timm(state_dict, num_groups=4, num_heads=4)
+        from_timm(state_dict, num_groups=4, num_heads=4, activation=None)

@@ -26,7 +26,7 @@ def test_parse_hybrid_variants():
         parse_variant("R101+ViT-B/16")
 
 
-# timm 1.0.31 parameter counts (STYLE.md): vit_base_r50_s16_224 (no head), vit_base_r50_s16_384,
+# timm 1.0.31 parameter counts (random init, sum(p.numel())): vit_base_r50_s16_224 (no head), vit_base_r50_s16_384,
 # vit_tiny_r_s16_p8_224, vit_small_r26_s32_224, vit_large_r50_s32_224 (1000-class heads). Built
 # for real, but without initialising the variables (as tests/models/test_parameter_counts.py).
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""STYLE.md's contract for every core layer, on the current backend."""
+"""The layer contract (tests/helpers.py) for every core layer, on the current backend."""
 
 import pytest
 

@@ -1,7 +1,10 @@
-"""Parameter counts equal timm's for the paper's variants (STYLE.md table).
+"""Parameter counts equal timm's for the paper's variants.
 
-The expected numbers are timm 1.0.31's, counted from randomly initialised
-timm models (reference figures in shared/STYLE.md), not from keras_vit.
+Provenance of the expected numbers: timm 1.0.31, `timm/models/vision_transformer.py`
+and `vision_transformer_hybrid.py`, each model created with
+`timm.create_model(name, pretrained=False)` (random init) and counted with
+`sum(p.numel() for p in model.parameters())`; the timm name is beside each
+number. They are not computed from keras_vit.
 Models are built for real but inside a `StatelessScope` that skips variable
 initialisation, so ViT-H/14's 630M weights cost no memory or RNG time.
 """
@@ -22,16 +25,16 @@ def shapes_only():
 
 
 WITH_1000_CLASS_HEAD = {
-    "ViT-Ti/16": 5_717_416,
-    "ViT-S/16": 22_050_664,
-    "ViT-S/32": 22_878_952,
-    "ViT-B/16": 86_567_656,
-    "ViT-B/32": 88_224_232,
-    "ViT-B/8": 86_576_872,
+    "ViT-Ti/16": 5_717_416,  # vit_tiny_patch16_224
+    "ViT-S/16": 22_050_664,  # vit_small_patch16_224
+    "ViT-S/32": 22_878_952,  # vit_small_patch32_224
+    "ViT-B/16": 86_567_656,  # vit_base_patch16_224
+    "ViT-B/32": 88_224_232,  # vit_base_patch32_224
+    "ViT-B/8": 86_576_872,  # vit_base_patch8_224
 }
 WITHOUT_HEAD = {
-    "ViT-L/32": 305_510_400,
-    "ViT-H/14": 630_764_800,
+    "ViT-L/32": 305_510_400,  # vit_large_patch32_224, num_classes=0
+    "ViT-H/14": 630_764_800,  # vit_huge_patch14_224, num_classes=0
 }
 
 
@@ -45,7 +48,7 @@ def test_classifier_parameter_count(variant):
 def test_vit_l16_parameter_count():
     with shapes_only():
         model = keras_vit.ViTClassifier.from_variant("ViT-L/16", num_classes=1000)
-        assert model.count_params() == 304_326_632
+        assert model.count_params() == 304_326_632  # vit_large_patch16_224
 
 
 @pytest.mark.parametrize("variant", sorted(WITHOUT_HEAD))

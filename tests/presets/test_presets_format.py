@@ -10,7 +10,6 @@ import pytest
 
 import keras_vit
 from keras_vit.convert import resample_position_embedding
-from keras_vit.presets import loader
 from tests.presets.preset_helpers import images, tiny_classifier, to_numpy
 
 
@@ -120,11 +119,11 @@ def test_registry_preset_without_weights_downloads_nothing(no_network):
         keras_vit.ViTClassifier.from_preset("vit_b16_in21k")
 
 
-# === Config checks: before anything is built ===
+# === Config checks: by the constructors, before any variable is created ===
 
 
 @pytest.fixture
-def saved(tmp_path, monkeypatch):
+def saved(tmp_path):
     tiny_classifier().save_to_preset(tmp_path / "preset")
     path = tmp_path / "preset" / "config.json"
     original = path.read_text()
@@ -135,30 +134,29 @@ def saved(tmp_path, monkeypatch):
         path.write_text(json.dumps(document))
         return str(tmp_path / "preset")
 
-    def never_build(*args, **kwargs):
-        raise AssertionError("a model was built from an invalid config")
-
-    monkeypatch.setattr(loader, "_build_from_document", never_build)
     return edit
 
 
 INVALID_CONFIGS = [
-    (lambda d: d.update(class_name="Lambda"), r"`class_name` must be one of \['ViTBackbone', 'ViTClassifier'\]"),
+    (lambda d: d.update(class_name="Lambda"), r"`class_name` must be one of \['MaskedPatchPredictor', 'ViTBackbone'"),
     (lambda d: d.update(format_version=99), "unsupported keras_vit preset format_version 99"),
     (lambda d: d["config"].update(num_classes=-1), "`num_classes` must be a positive int"),
-    (lambda d: d["config"].update(eval_me="os.system"), r"unknown ViTClassifier arguments \['eval_me'\]"),
-    (lambda d: d["config"]["backbone"]["config"].update(image_size=30), r"`image_size` \(30, 30\) is not divisible"),
+    (lambda d: d["config"].update(eval_me="os.system"), r"Unknown argument for ViTClassifier: eval_me. Valid"),
+    (lambda d: d["config"]["backbone"]["config"].update(image_size=30), r"Image height 30 is not divisible by the patch height"),
     (lambda d: d["config"]["backbone"]["config"].update(hidden_dim="24"), "`hidden_dim` must be a positive int"),
+    (lambda d: d["config"]["backbone"]["config"].update(hidden_dim=10**9), "`hidden_dim` of ViTBackbone is at most"),
     (lambda d: d["config"]["backbone"]["config"].update(dropout=1.5), "`dropout` must be a number in"),
     (lambda d: d["config"]["backbone"].update(class_name="Sequential"), "`backbone` must be a serialized ViTBackbone"),
-    (lambda d: d["config"]["backbone"]["config"].update(position_embedding="rope"), "`position_embedding` must be"),
+    (lambda d: d["config"]["backbone"]["config"].update(position_embedding="rope"), "Unknown `position_embedding`"),
+    (lambda d: d["config"].update(class_names=["a"]), "`class_names` must hold one name per class"),
 ]
 
 
-def test_invalid_config_is_rejected_before_building(saved):
+def test_invalid_config_is_rejected_naming_the_file(saved):
     for change, message in INVALID_CONFIGS:
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(ValueError, match=message) as error:
             keras_vit.ViTClassifier.from_preset(saved(change))
+        assert "config.json" in str(error.value)
 
 
 def test_damaged_files_get_clear_errors(tmp_path):
@@ -174,7 +172,7 @@ def test_damaged_files_get_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="holds neither a keras_vit preset"):
         keras_vit.ViTClassifier.from_preset(str(tmp_path / "empty"))
     (tmp_path / "weights.bin").write_bytes(b"pickle")
-    with pytest.raises(ValueError, match="pickled '.bin' / '.pth' files are never loaded"):
+    with pytest.raises(ValueError, match="pickled PyTorch checkpoint. keras_vit never unpickles"):
         keras_vit.ViTClassifier.from_preset(str(tmp_path / "weights.bin"))
 
 

@@ -29,7 +29,7 @@ HYBRID = sorted(name for name, entry in PRESETS.items() if "+" in entry["variant
 FT_384 = "vit_r50_b16_in21k_ft_in1k_384"
 IN21K = "vit_r50_b16_in21k"
 
-# Parameter counts of timm 1.0.31 (random init), copied from STYLE.md:
+# Parameter counts of timm 1.0.31 (random init, counted with sum(p.numel())):
 # (stage depths, ViT size, image size, classes) -> parameters.
 TIMM_HYBRID_FIGURES = {
     ((3, 4, 9), "B", 224, None): 97_890_112,    # vit_base_r50_s16_224, no head

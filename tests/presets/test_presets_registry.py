@@ -10,7 +10,7 @@ from keras_vit.models.variants import MODEL_SIZES
 from keras_vit.presets import hub
 from keras_vit.presets.registry import PRESETS
 
-# Parameter counts of timm 1.0.31 (random init), copied from STYLE.md: the
+# Parameter counts of timm 1.0.31 (random init, counted with sum(p.numel())): the
 # independent anchor of the arithmetic below.
 TIMM_FIGURES = {
     ("B", 16, 224, 1000): 86_567_656,

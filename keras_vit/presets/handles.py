@@ -1,0 +1,67 @@
+"""Preset handles: what a `from_preset` argument names, and fetching hub files.
+
+A handle is one of:
+
+- a registry name (`"vit_b16_in21k_ft_in1k"`, see `keras_vit.presets.list()`);
+- `hf://org/repo` or `hf://org/repo@revision`: a hub repository holding a
+  keras_vit preset, a Hugging Face `transformers` ViT or a timm ViT;
+- a local directory or file: anything `keras_vit.convert.formats.detect_format`
+  recognises (a keras_vit preset, a Hugging Face / timm directory, a timm
+  `.safetensors` or a Google `.npz` file).
+"""
+
+import os
+
+from keras_vit.convert.formats import detect_config_format
+from keras_vit.presets import hub
+from keras_vit.presets.keras_vit_format import CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE, read_json
+from keras_vit.presets.registry import PRESETS
+
+_HF_WEIGHTS = "model.safetensors"
+
+
+def describe_handles():
+    return ("a preset name (see `keras_vit.presets.list()`), 'hf://org/repo', a directory saved by "
+            "`save_to_preset`, a Hugging Face model directory, or a timm .safetensors / Google .npz file")
+
+
+def resolve(handle):
+    """Return `(kind, value, entry)`: kind is 'registry', 'hub' or 'local'."""
+    if not isinstance(handle, (str, os.PathLike)):
+        raise ValueError(f"A preset handle is {describe_handles()}. Received: {handle!r}")
+    handle = os.fspath(handle)
+    if handle in PRESETS:
+        return "registry", handle, PRESETS[handle]
+    if handle.startswith("hf://"):
+        hub.parse_hub_handle(handle)
+        return "hub", handle, None
+    if os.path.exists(handle):
+        return "local", handle, None
+    close = [name for name in PRESETS if handle.lower() in name or name in handle.lower()][:5]
+    hint = f" Close matches: {', '.join(close)}." if close else ""
+    raise ValueError(
+        f"Unknown preset {handle!r}: it is not a registered preset, an 'hf://' handle or an existing path.{hint} "
+        f"A handle is {describe_handles()}."
+    )
+
+
+def hub_files(handle, revision=None, sha256=None, weights_format=None):
+    """Download what a hub repository needs; return `(format, local directory)`."""
+    repo_id, handle_revision = hub.parse_hub_handle(handle)
+    revision = handle_revision or revision
+    config_path = hub.fetch(repo_id, CONFIG_FILE, revision)
+    if weights_format is None:
+        weights_format = detect_config_format(read_json(config_path, handle), f"{handle}/{CONFIG_FILE}")
+    if weights_format == "keras_vit":
+        hub.fetch(repo_id, METADATA_FILE, revision)
+        hub.fetch(repo_id, WEIGHTS_FILE, revision, sha256=sha256)
+        return "keras_vit", os.path.dirname(config_path)
+    hub.fetch(repo_id, _HF_WEIGHTS, revision, sha256=sha256)
+    if weights_format == "huggingface":
+        # Preprocessing (mean / std) of a transformers model lives beside its config; optional.
+        try:
+            hub.fetch(repo_id, "preprocessor_config.json", revision)
+        except FileNotFoundError:
+            pass
+    # Both Hugging Face and timm hub folders (config.json + model.safetensors) load with load_checkpoint.
+    return weights_format, os.path.dirname(config_path)

@@ -1,0 +1,192 @@
+"""The keras_vit preset format: write it, check it, read it.
+
+A preset directory holds `config.json` (`{"format_version", "class_name",
+"config"}`), `model.weights.h5` (HDF5, never a pickle) and `metadata.json`
+(versions, parameter count, date, and any extra fields such as
+`class_names`). The config is checked by the model constructors themselves
+(one source of truth), before any variable is created; errors name the file.
+"""
+
+import datetime
+import json
+import os
+import platform
+import shutil
+
+import keras
+import numpy as np
+
+from keras_vit.utils import atomic_directory
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.weights.h5"
+METADATA_FILE = "metadata.json"
+FORMAT_VERSION = 1
+KERAS_VIT_FILES = (CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE)
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+def model_classes():
+    from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier
+
+    return {"ViTBackbone": ViTBackbone, "ViTClassifier": ViTClassifier, "MaskedPatchPredictor": MaskedPatchPredictor}
+
+
+def read_json(path, where):
+    try:
+        with open(path, encoding="utf-8") as file:
+            value = json.load(file)
+    except ValueError as error:
+        raise ValueError(f"{path} (from {where}) is not valid JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} (from {where}) must hold a JSON object. Received: {type(value).__name__}")
+    return value
+
+
+def validate_config(document, where="config.json"):
+    """Check the structure of a keras_vit `config.json` document.
+
+    The values are checked by the model constructors when `build_model`
+    runs (before any variable is created).
+
+    Args:
+        document: dict. The parsed file: `{"format_version", "class_name",
+            "config"}`.
+        where: str. Named in error messages.
+
+    Returns:
+        `(class_name, config)`.
+
+    Raises:
+        ValueError: naming the first problem found.
+    """
+    version = document.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"{where}: unsupported keras_vit preset format_version {version!r} (this keras_vit reads "
+            f"{FORMAT_VERSION}). Upgrade keras_vit, or re-save the model with `save_to_preset`."
+        )
+    classes = model_classes()
+    class_name = document.get("class_name")
+    if class_name not in classes:
+        raise ValueError(f"{where}: `class_name` must be one of {sorted(classes)}. Received: class_name={class_name!r}")
+    config = document.get("config")
+    if not isinstance(config, dict):
+        raise ValueError(f"{where}: `config` must be a JSON object. Received: {type(config).__name__}")
+    if class_name != "ViTBackbone":
+        backbone = config.get("backbone")
+        # Only a ViTBackbone is deserialized here: a preset never builds arbitrary Keras objects.
+        if not (isinstance(backbone, dict) and backbone.get("class_name") == "ViTBackbone"
+                and isinstance(backbone.get("config"), dict)):
+            raise ValueError(f"{where}: `backbone` must be a serialized ViTBackbone. Received: {str(backbone)[:200]}")
+    return class_name, config
+
+
+def build_model(class_name, config, where):
+    """Build the model a checked document describes; constructor errors name the file."""
+    try:
+        return model_classes()[class_name].from_config(config)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{where}: {error}") from error
+
+
+def document_of(model):
+    """The `config.json` document of a keras_vit model."""
+    classes = model_classes()
+    class_name = next((name for name, cls in classes.items() if type(model) is cls), None)
+    if class_name is None:
+        raise ValueError(
+            f"`save_to_preset` saves a {', '.join(sorted(classes))}. Received: {type(model).__name__}"
+        )
+    config = model.get_config()
+    if "backbone" in config:
+        config["backbone"] = {"class_name": "ViTBackbone", "config": model.backbone.get_config()}
+    return {"format_version": FORMAT_VERSION, "class_name": class_name, "config": config}
+
+
+def _json_default(value):
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def save_to_preset(model, directory, **metadata):
+    """Write `model` as a keras_vit preset: config.json, model.weights.h5, metadata.json.
+
+    The directory is written under a temporary name and renamed into place,
+    so it is either the old preset or the new one, never half written.
+
+    Args:
+        model: `ViTBackbone`, `ViTClassifier` or `MaskedPatchPredictor`.
+        directory: str. Created if missing; an existing preset is replaced.
+        **metadata: Extra JSON-serializable fields for `metadata.json`.
+            `class_names=[...]` (or `"imagenet-1k"`) also names the classes
+            of a classifier that has none in its config.
+    """
+    import keras_vit
+    from keras_vit.models.vit_classifier import check_class_names
+
+    document = document_of(model)
+    config = document["config"]
+    if metadata.get("class_names") is not None and "class_names" in config and config["class_names"] is None:
+        config["class_names"] = check_class_names(metadata["class_names"], model.num_classes)
+    if config.get("class_names") is not None:
+        metadata.setdefault("class_names", config["class_names"])
+    info = {
+        "format_version": FORMAT_VERSION,
+        "class_name": document["class_name"],
+        "keras_vit_version": keras_vit.__version__,
+        "keras_version": keras.__version__,
+        "backend": keras.backend.backend(),
+        "python_version": platform.python_version(),
+        "parameter_count": int(model.count_params()),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **metadata,
+    }
+    directory = os.fspath(directory)
+    with atomic_directory(directory) as staging:
+        # Other files in an existing directory (a README, a model card) are kept.
+        if os.path.isdir(directory):
+            for name in sorted(set(os.listdir(directory)) - set(KERAS_VIT_FILES)):
+                source = os.path.join(directory, name)
+                copy = shutil.copytree if os.path.isdir(source) else shutil.copy2
+                copy(source, os.path.join(staging, name))
+        with open(os.path.join(staging, CONFIG_FILE), "w", encoding="utf-8") as file:
+            json.dump(document, file, indent=2, default=_json_default)
+        model.save_weights(os.path.join(staging, WEIGHTS_FILE))
+        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as file:
+            json.dump(info, file, indent=2, default=_json_default)
+
+
+def load_keras_vit(directory, load_weights, where):
+    """Read a keras_vit preset directory into a model."""
+    config_path = os.path.join(directory, CONFIG_FILE)
+    weights_path = os.path.join(directory, WEIGHTS_FILE)
+    missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE if load_weights else None) if name
+               and not os.path.exists(os.path.join(directory, name))]
+    if missing:
+        raise ValueError(f"The keras_vit preset {where} lacks {missing} (expected {list(KERAS_VIT_FILES)}).")
+    file_name = f"{where}/{CONFIG_FILE}"
+    class_name, config = validate_config(read_json(config_path, where), where=file_name)
+    metadata_path = os.path.join(directory, METADATA_FILE)
+    metadata = read_json(metadata_path, where) if os.path.exists(metadata_path) else {}
+    if class_name == "ViTClassifier" and config.get("class_names") is None and metadata.get("class_names"):
+        # Presets written before class names were in the config kept them in metadata.
+        config = {**config, "class_names": metadata["class_names"]}
+    if load_weights:
+        with open(weights_path, "rb") as file:
+            if file.read(8) != _HDF5_MAGIC:
+                raise ValueError(f"{weights_path} is not an HDF5 .weights.h5 file; the preset is damaged. "
+                                 "Save it again with `save_to_preset`.")
+    model = build_model(class_name, config, file_name)
+    if load_weights:
+        try:
+            model.load_weights(weights_path)
+        except (ValueError, KeyError) as error:
+            raise ValueError(f"The weights in {weights_path} do not fit the model described by its "
+                             f"{CONFIG_FILE}: {error}") from error
+    return model
