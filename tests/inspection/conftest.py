@@ -36,11 +36,14 @@ def _feature_extractor(self, blocks=None, attention_scores=False):
     return keras.Model(self.input, outputs)
 
 
-@pytest.fixture(autouse=True)
-def _intermediates_api(monkeypatch):
-    if not hasattr(ViTBackbone, "feature_extractor"):
-        monkeypatch.setattr(ViTBackbone, "feature_extractor", _feature_extractor, raising=False)
+@pytest.fixture(scope="session", autouse=True)
+def _intermediates_api():
+    if hasattr(ViTBackbone, "feature_extractor"):
+        yield
+        return
+    ViTBackbone.feature_extractor = _feature_extractor
     yield
+    del ViTBackbone.feature_extractor
 
 
 @pytest.fixture(autouse=True)
