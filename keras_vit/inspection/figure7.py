@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from keras_vit.inspection.attention import attention_maps, backbone_of, mean_attention_distance
+from keras_vit.inspection.attention import attention_distance, attention_maps, backbone_of, mean_attention_distance
 from keras_vit.inspection.embeddings import patch_embedding_components, position_embedding_similarity
 
 
@@ -24,6 +24,11 @@ class Figure7:
         blocks: tuple of the block index of each row.
         image_diagonal: float. The image's diagonal in pixels, the largest
             possible distance (the top of the right panel's axis).
+        uniform_distance: float. The mean attention distance of a head that
+            spreads its attention evenly over all patches (dashed line in
+            the right panel): heads below it attend locally. On a small
+            grid a head that looks at one fixed place for every query lands
+            near it too, so read it with the attention maps.
     """
 
     components: object
@@ -31,6 +36,7 @@ class Figure7:
     mean_attention_distance: np.ndarray
     blocks: tuple
     image_diagonal: float
+    uniform_distance: float
 
     def to_dict(self):
         """The numbers as plain Python values (for JSON)."""
@@ -38,6 +44,7 @@ class Figure7:
             "mean_attention_distance_pixels": self.mean_attention_distance.round(4).tolist(),
             "blocks": list(self.blocks),
             "image_diagonal_pixels": round(self.image_diagonal, 4),
+            "uniform_attention_distance_pixels": round(self.uniform_distance, 4),
             "explained_variance_ratio": (
                 None if self.components is None else self.components.explained_variance_ratio.round(6).tolist()
             ),
@@ -49,7 +56,8 @@ class Figure7:
 
         return plot_figure7(
             self.components, self.similarity, self.mean_attention_distance, self.blocks,
-            max_distance=self.image_diagonal, title=title, figsize=figsize, dpi=dpi,
+            max_distance=self.image_diagonal, uniform_distance=self.uniform_distance, title=title,
+            figsize=figsize, dpi=dpi,
         )
 
 
@@ -80,10 +88,13 @@ def figure7(model, images=None, maps=None, num_components=28, batch_size=8):
     if backbone.get_layer("patch_encoder").position_embedding != "none":
         similarity = position_embedding_similarity(backbone)
     height, width = backbone.image_size
+    num_patches = maps.grid_size[0] * maps.grid_size[1]
+    uniform = np.full((num_patches, num_patches), 1.0 / num_patches)
     return Figure7(
         components=components,
         similarity=similarity,
         mean_attention_distance=mean_attention_distance(maps),
         blocks=tuple(maps.blocks),
         image_diagonal=math.hypot(height, width),
+        uniform_distance=float(attention_distance(uniform, maps.grid_size, maps.token_size).mean()),
     )

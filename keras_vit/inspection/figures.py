@@ -263,7 +263,7 @@ def plot_position_similarity(similarity, title=None, figsize=(5, 5), dpi=100):
     return figure
 
 
-def draw_mean_attention_distance(figure, distances, blocks=None, max_distance=None, title=None):
+def draw_mean_attention_distance(figure, distances, blocks=None, max_distance=None, title=None, uniform_distance=None):
     """Draw mean attention distance against depth, one point per head (Figure 7, right).
 
     Args:
@@ -274,6 +274,9 @@ def draw_mean_attention_distance(figure, distances, blocks=None, max_distance=No
         max_distance: float or `None`. Top of the y axis (e.g. the image
             diagonal); `None` lets matplotlib choose. Defaults to `None`.
         title: str or `None`. Defaults to `"Mean attention distance"`.
+        uniform_distance: float or `None`. Draw a dashed line at the
+            distance of evenly spread attention (`Figure7.uniform_distance`).
+            Defaults to `None`.
     """
     distances = np.asarray(distances, dtype="float64")
     num_blocks, num_heads = distances.shape
@@ -282,13 +285,15 @@ def draw_mean_attention_distance(figure, distances, blocks=None, max_distance=No
     colours = _head_colours(num_heads)
     for head in range(num_heads):
         axes.scatter(depth, distances[:, head], s=18, color=colours[head], label=f"head {head}")
+    if uniform_distance is not None:
+        axes.axhline(uniform_distance, color="grey", linestyle="--", linewidth=1, label="uniform attention")
     axes.set_xlabel("network depth (block)")
     axes.set_ylabel("mean attention distance (pixels)")
     axes.set_xticks(depth)
     axes.set_ylim(0, max_distance if max_distance else None)
     axes.grid(alpha=0.3)
     if num_heads <= 16:
-        axes.legend(fontsize=6, ncol=2 if num_heads > 8 else 1, loc="best")
+        axes.legend(fontsize=6, ncol=2 if num_heads > 8 else 1, loc="lower right")
     figure.suptitle(title or "Mean attention distance")
 
 
@@ -299,19 +304,20 @@ def _head_colours(num_heads):
     return [palette(head % palette.N) for head in range(num_heads)]
 
 
-def plot_mean_attention_distance(distances, blocks=None, max_distance=None, title=None, figsize=(5, 4), dpi=100):
+def plot_mean_attention_distance(distances, blocks=None, max_distance=None, title=None, figsize=(5, 4), dpi=100,
+                                 uniform_distance=None):
     """A figure of mean attention distance per head against depth (see `draw_mean_attention_distance`).
 
     Returns:
         `matplotlib.figure.Figure`.
     """
     figure = _figure(figsize, dpi)
-    draw_mean_attention_distance(figure, distances, blocks, max_distance, title)
+    draw_mean_attention_distance(figure, distances, blocks, max_distance, title, uniform_distance)
     return figure
 
 
 def plot_figure7(components, similarity, distances, blocks=None, max_distance=None, title=None,
-                 figsize=(15, 5), dpi=100):
+                 figsize=(15, 5), dpi=100, uniform_distance=None):
     """The paper's Figure 7: filters' principal components, position similarity, attention distance.
 
     Args:
@@ -326,6 +332,8 @@ def plot_figure7(components, similarity, distances, blocks=None, max_distance=No
             `0, 1, ...`.
         max_distance: float or `None`. Top of the distance axis.
         title: str or `None`. A title over the three panels.
+        uniform_distance: float or `None`. A dashed reference line at the
+            distance of evenly spread attention.
         figsize: tuple. Inches. Defaults to `(15, 5)`.
         dpi: int. Defaults to `100`.
 
@@ -342,7 +350,7 @@ def plot_figure7(components, similarity, distances, blocks=None, max_distance=No
         centre.text(0.5, 0.5, "no position embedding", ha="center", va="center")
     else:
         draw_position_similarity(centre, similarity)
-    draw_mean_attention_distance(right, distances, blocks, max_distance)
+    draw_mean_attention_distance(right, distances, blocks, max_distance, uniform_distance=uniform_distance)
     if title:
         figure.suptitle(title)
     return figure

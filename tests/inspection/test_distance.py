@@ -92,3 +92,9 @@ def test_model_distances_match_loops(case):
     np.testing.assert_allclose(panels.mean_attention_distance, expected, rtol=1e-6)
     assert panels.image_diagonal == pytest.approx(math.hypot(*backbone.image_size))
     assert (panels.components is None) == (case == "hybrid")
+    # The dashed reference line: every patch query spreads its attention evenly.
+    rows, cols = maps.grid_size
+    uniform = np.zeros((1, 1, 1) + maps.scores.shape[-2:])
+    uniform[..., maps.num_prefix_tokens :] = 1.0 / (rows * cols)
+    expected_uniform = reference.mean_distance_reference(uniform, maps.grid_size, maps.token_size, maps.num_prefix_tokens)
+    assert panels.uniform_distance == pytest.approx(expected_uniform[0, 0])
