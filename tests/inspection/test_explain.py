@@ -100,3 +100,14 @@ def test_usage_needs_a_model_and_out(capsys):
         parse(["image.png", "--out", "x"])
     with pytest.raises(SystemExit):
         parse(["image.png", "--preset", "p", "--model", "m.keras", "--out", "x"])
+
+
+def test_explain_a_converted_checkpoint_by_preset_path(tmp_path, capsys):
+    fixture = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "inspection",
+                           "gap_no_class_token")
+    images = write_images(tmp_path, 2, size=(16, 16))
+    out = tmp_path / "out"
+    assert cli.main(["explain", *images, "--preset", fixture, "--out", str(out)]) == 0
+    assert len(os.listdir(out)) == 6
+    numbers = json.loads((out / "figure7.json").read_text())
+    assert numbers["model"] == fixture and numbers["explained_variance_ratio"] is not None
