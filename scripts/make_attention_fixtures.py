@@ -27,6 +27,7 @@ import shutil
 import numpy as np
 import timm
 import torch
+from make_timm_fixtures import make_images, to_input, versions  # the sibling script: same inputs, same records
 from timm.models._hub import save_for_hf
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "inspection")
@@ -39,10 +40,6 @@ MODELS = {
     "gap_no_class_token": (dict(img_size=16, class_token=False, global_pool="avg", fc_norm=False),
                            "no class token, GAP, 4x4 grid"),
 }
-
-
-def versions():
-    return {"timm_version": timm.__version__, "torch_version": torch.__version__}
 
 
 def randomize(model, seed):
@@ -92,10 +89,8 @@ def main():
         save_for_hf(model, directory, safe_serialization=True)
         mean, std = model.pretrained_cfg["mean"], model.pretrained_cfg["std"]
         size = model.patch_embed.img_size
-        images = np.random.default_rng(seed).integers(0, 256, size=(2, size[0], size[1], 3), dtype=np.uint8)
-        x = torch.from_numpy(images.astype(np.float32) / 255.0).permute(0, 3, 1, 2)
-        x = (x - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
-        scores = attention(model, x.float())
+        images = make_images(seed, size)
+        scores = attention(model, to_input(images, mean, std))
         np.savez(
             os.path.join(directory, "attention.npz"), images=images, attention=scores,
             num_prefix_tokens=np.array(model.num_prefix_tokens), grid_size=np.array(model.patch_embed.grid_size),
@@ -105,8 +100,7 @@ def main():
                                       "image_size": list(size), "attention_shape": list(scores.shape)}
     with open(os.path.join(ROOT, "MANIFEST.json"), "w") as handle:
         json.dump(manifest, handle, indent=2)
-    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(ROOT) for f in files)
-    print(f"wrote {ROOT} ({total / 1024:.0f} KB) with timm {timm.__version__}")
+    print(f"wrote {', '.join(manifest['fixtures'])} to {ROOT} with timm {timm.__version__}")
 
 
 if __name__ == "__main__":
