@@ -293,7 +293,8 @@ def draw_mean_attention_distance(figure, distances, blocks=None, max_distance=No
     axes.set_ylim(0, max_distance if max_distance else None)
     axes.grid(alpha=0.3)
     if num_heads <= 16:
-        axes.legend(fontsize=6, ncol=2 if num_heads > 8 else 1, loc="lower right")
+        # Outside the axes: with many heads an inside legend hides the points.
+        axes.legend(fontsize=6, ncol=2 if num_heads > 8 else 1, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.suptitle(title or "Mean attention distance")
 
 

@@ -44,11 +44,3 @@ def _intermediates_api():
     ViTBackbone.feature_extractor = _feature_extractor
     yield
     del ViTBackbone.feature_extractor
-
-
-@pytest.fixture(autouse=True)
-def _fresh_keras_state():
-    """As tests/conftest.py, without the per-test session clear that would drop cached extractors mid-module."""
-    keras.config.set_dtype_policy("float32")
-    yield
-    keras.config.set_dtype_policy("float32")
