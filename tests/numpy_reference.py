@@ -27,44 +27,85 @@ def softmax(x):
 
 
 def patchify(image, patch):
-    """One image (H, W, C) -> (N, P*P*C), patches row by row, (row, col, ch) inside."""
+    """One image (H, W, C) -> (N, Ph*Pw*C), patches row by row, (row, col, ch) inside.
+
+    `patch` is an int (square patches) or a pair (height, width).
+    """
+    patch_h, patch_w = (patch, patch) if np.isscalar(patch) else patch
     height, width, _ = image.shape
     rows = []
-    for top in range(0, height, patch):
-        for left in range(0, width, patch):
-            rows.append(image[top : top + patch, left : left + patch, :].reshape(-1))
+    for top in range(0, height, patch_h):
+        for left in range(0, width, patch_w):
+            rows.append(image[top : top + patch_h, left : left + patch_w, :].reshape(-1))
     return np.stack(rows)
 
 
-def attention(x, w, num_heads):
+def attention(x, w, num_heads, return_probabilities=False):
+    """Multi-head self-attention of one token sequence (T, D).
+
+    With `return_probabilities`, also returns the (num_heads, T, T)
+    softmax(q k^T / sqrt(d)) of every head (query rows, key columns).
+    """
     tokens, width = x.shape
     head = width // num_heads
     q = x @ w["wq"] + w["bq"]
     k = x @ w["wk"] + w["bk"]
     v = x @ w["wv"] + w["bv"]
     out = np.zeros_like(x)
+    all_probs = []
     for h in range(num_heads):
         cols = slice(h * head, (h + 1) * head)
         probs = softmax(q[:, cols] @ k[:, cols].T / math.sqrt(head))
         out[:, cols] = probs @ v[:, cols]
-    return out @ w["wo"] + w["bo"]
+        all_probs.append(probs)
+    out = out @ w["wo"] + w["bo"]
+    if return_probabilities:
+        return out, np.stack(all_probs)
+    return out
 
 
-def vit_forward(images, weights, patch, num_heads, epsilon, mean, std, scale):
+def vit_forward(images, weights, patch, num_heads, epsilon, mean, std, scale, intermediates=False):
     """Tokens after the final LayerNorm for a batch of raw images.
 
     `weights` is a dict: `projection_w (P*P*C, D)`, `projection_b`, `cls (D,)`,
-    `pos (N+1, D)`, `blocks` (a list of dicts with `ln1_g, ln1_b, wq, bq, wk,
-    bk, wv, bv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2`), `norm_g`, `norm_b`.
+    optional `registers (R, D)` (register tokens placed after the class
+    token), `pos (1+R+N, D)`, `blocks` (a list of dicts with `ln1_g, ln1_b,
+    wq, bq, wk, bk, wv, bv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2`), `norm_g`,
+    `norm_b`.
+
+    With `intermediates=True`, returns a dict of batched arrays instead:
+    `embeddings` (tokens entering block 0), `blocks` (a list: tokens after
+    each block), `attention` (a list: each block's (H, T, T) probabilities
+    per image) and `output`.
     """
-    outputs = []
+    collected = {"embeddings": [], "blocks": [], "attention": [], "output": []}
     for image in images.astype("float64"):
         image = (image * scale - np.asarray(mean)) / np.asarray(std)
         z = patchify(image, patch) @ weights["projection_w"] + weights["projection_b"]  # eq. 1
-        z = np.concatenate([weights["cls"][None], z]) + weights["pos"]
+        prefix = [weights["cls"][None]]
+        if weights.get("registers") is not None:
+            prefix.append(weights["registers"])
+        z = np.concatenate(prefix + [z]) + weights["pos"]
+        collected["embeddings"].append(z)
+        per_block, per_attention = [], []
         for block in weights["blocks"]:
-            z = z + attention(layer_norm(z, block["ln1_g"], block["ln1_b"], epsilon), block, num_heads)  # eq. 2
+            attended, probs = attention(
+                layer_norm(z, block["ln1_g"], block["ln1_b"], epsilon), block, num_heads, return_probabilities=True
+            )
+            z = z + attended  # eq. 2
             hidden = gelu(layer_norm(z, block["ln2_g"], block["ln2_b"], epsilon) @ block["w1"] + block["b1"])
             z = z + hidden @ block["w2"] + block["b2"]  # eq. 3
-        outputs.append(layer_norm(z, weights["norm_g"], weights["norm_b"], epsilon))  # eq. 4
-    return np.stack(outputs)
+            per_block.append(z)
+            per_attention.append(probs)
+        collected["blocks"].append(per_block)
+        collected["attention"].append(per_attention)
+        collected["output"].append(layer_norm(z, weights["norm_g"], weights["norm_b"], epsilon))  # eq. 4
+    if not intermediates:
+        return np.stack(collected["output"])
+    num_blocks = len(weights["blocks"])
+    return {
+        "embeddings": np.stack(collected["embeddings"]),
+        "blocks": [np.stack([image[i] for image in collected["blocks"]]) for i in range(num_blocks)],
+        "attention": [np.stack([image[i] for image in collected["attention"]]) for i in range(num_blocks)],
+        "output": np.stack(collected["output"]),
+    }

@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.layers.patch_corruption import KEEP, PatchCorruption
+from keras_vit.models.encoder import encode, encoder_layers
 
 TARGETS = ("mean_color", "mean_color_4x4", "pixels")
 # The 4x4 target downsizes each patch to a SUBGRID x SUBGRID grid of mean colours.
@@ -168,19 +169,14 @@ class MaskedPatchPredictor(keras.Model):
     # --- forward -----------------------------------------------------------
 
     def call(self, images, training=None):
-        backbone = self.backbone
-        x = backbone.get_layer("preprocessing")(images)
-        patches = backbone.get_layer("patches")(x)  # (B, N, P*P*C), normalised pixels
-        mode, source = self.corruption.sample(ops.shape(patches)[0], self.num_patches)
+        mode, source = self.corruption.sample(ops.shape(images)[0], self.num_patches)
 
         def corrupt(embeddings):
             return self.corruption(embeddings, mode=mode, source=source)
 
-        x = backbone.get_layer("patch_encoder")(patches, training=training, corruption=corrupt)
-        for index in range(backbone.num_layers):
-            x = backbone.get_layer(f"transformer_block_{index}")(x, training=training)
-        if backbone.final_norm:
-            x = backbone.get_layer("final_norm")(x)
+        # The backbone's own forward pass, with the corruption hooked in
+        # between the patch projection and the position embedding.
+        x = encode(encoder_layers(self.backbone), images, corruption=corrupt, training=training)["output"]
         x = x[:, self.num_prefix_tokens :]  # (B, N, D) patch tokens only
         predictions = self.head(x)
         if self.target == "mean_color_4x4":

@@ -7,6 +7,7 @@ from keras_vit.layers.image_normalization import ImageNormalization
 from keras_vit.layers.patch_encoder import PatchEncoder
 from keras_vit.layers.patches import Patches, check_image_shape, normalize_pair
 from keras_vit.layers.transformer_block import TransformerBlock
+from keras_vit.models.encoder import EncoderLayers, encode, encoder_layers, resolve_block_indices
 from keras_vit.models.hybrid import bit_resnet_stem
 from keras_vit.models.variants import parse_variant
 
@@ -115,24 +116,26 @@ class ViTBackbone(keras.Model):
 
         # === Layers ===
         images = keras.Input(shape=image_size + (num_channels,), name="images")
-        x = ImageNormalization(
+        preprocessing = ImageNormalization(
             scale=pixel_scale, mean=pixel_mean, std=pixel_std, num_channels=num_channels,
             image_size=image_size, dtype=dtype, name="preprocessing",
-        )(images)
+        )
         if stem is None:
             check_image_shape((None,) + image_size + (num_channels,), patch_size)
+            feature_rows, feature_cols = image_size
         else:
-            x = stem(x)
-            if len(x.shape) != 4:
+            # A symbolic call builds the stem and gives its feature-map shape,
+            # which sizes the patch grid.
+            features = stem(preprocessing(images))
+            if len(features.shape) != 4:
                 raise ValueError(
                     "A `stem` must map images to a 4-D feature map (batch, height, "
-                    f"width, channels). Received a stem output of shape {x.shape}."
+                    f"width, channels). Received a stem output of shape {features.shape}."
                 )
-            check_image_shape(x.shape, patch_size, layer_name="The stem's feature map")
-        feature_rows, feature_cols = x.shape[1], x.shape[2]
+            check_image_shape(features.shape, patch_size, layer_name="The stem's feature map")
+            feature_rows, feature_cols = features.shape[1], features.shape[2]
         grid_size = (feature_rows // patch_size[0], feature_cols // patch_size[1])
-        x = Patches(patch_size, dtype=dtype, name="patches")(x)
-        x = PatchEncoder(
+        patch_encoder = PatchEncoder(
             hidden_dim,
             grid_size=grid_size,
             use_class_token=use_class_token,
@@ -142,11 +145,11 @@ class ViTBackbone(keras.Model):
             dropout=dropout,
             dtype=dtype,
             name="patch_encoder",
-        )(x)
+        )
         # Stochastic depth grows linearly with depth, as in DeiT and timm.
         drop_path_rates = np.linspace(0.0, drop_path_rate, num_layers) if num_layers > 1 else [drop_path_rate]
-        for index in range(num_layers):
-            x = TransformerBlock(
+        blocks = [
+            TransformerBlock(
                 num_heads,
                 mlp_dim,
                 dropout=dropout,
@@ -157,9 +160,15 @@ class ViTBackbone(keras.Model):
                 use_qkv_bias=use_qkv_bias,
                 dtype=dtype,
                 name=f"transformer_block_{index}",
-            )(x)
+            )
+            for index in range(num_layers)
+        ]
+        norm = None
         if final_norm:
-            x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")(x)
+            norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
+        layers = EncoderLayers(preprocessing, stem, Patches(patch_size, dtype=dtype, name="patches"),
+                               patch_encoder, blocks, norm)
+        x = encode(layers, images)["output"]
 
         super().__init__(inputs=images, outputs=x, name=name, **kwargs)
         # Shape errors are raised by the preprocessing and Patches layers with
@@ -195,6 +204,61 @@ class ViTBackbone(keras.Model):
     def call(self, inputs, training=None, mask=None, **kwargs):
         check_images_rank(inputs)
         return super().call(inputs, training=training, mask=mask, **kwargs)
+
+    def feature_extractor(self, blocks=None, attention_scores=False, name=None):
+        """A functional model that returns this backbone's intermediates.
+
+        The model shares this backbone's layers and weights (training one
+        trains the other), takes the same raw images, and returns a dict:
+
+        - `"embeddings"`: `(batch, tokens, hidden_dim)`, the tokens entering
+          block 0 (the patch encoder's output, prefix tokens and position
+          embedding included);
+        - `"block_{i}"`: `(batch, tokens, hidden_dim)`, the tokens after
+          block `i`, for every requested block;
+        - `"attention_{i}"`: `(batch, num_heads, tokens, tokens)`, the
+          softmax attention probabilities of block `i` (query rows, key
+          columns), for every requested block, only with
+          `attention_scores=True`;
+        - `"output"`: `(batch, tokens, hidden_dim)`, the backbone's output
+          (after `final_norm` when it has one).
+
+        `tokens` is `num_prefix_tokens + grid_size[0] * grid_size[1]`; the
+        class token comes first, then the registers, then the patches in
+        row-major order. Only the blocks whose attention is asked take the
+        explicit attention path; every other block keeps the fused kernel.
+        The model traces, jit-compiles and saves as `.keras` like any other.
+
+        Args:
+            blocks: int, list of ints or `None`. Blocks whose output tokens
+                (and, with `attention_scores`, attention) are returned;
+                negative indices count from the end. Keys always use the
+                non-negative index. Defaults to `None` (every block).
+            attention_scores: bool. Also return the attention probabilities
+                of the requested blocks. Defaults to `False`.
+            name: str or `None`. Name of the new model. Defaults to
+                `"{backbone name}_features"`.
+
+        Returns:
+            A `keras.Model` with dict outputs.
+
+        Example:
+
+        >>> backbone = keras_vit.ViTBackbone.from_variant("ViT-Ti/16", image_size=32)
+        >>> extractor = backbone.feature_extractor(blocks=[-1], attention_scores=True)
+        >>> outputs = extractor(np.zeros((1, 32, 32, 3)))
+        >>> outputs["block_11"].shape, outputs["attention_11"].shape
+        ((1, 5, 192), (1, 3, 5, 5))
+        """
+        indices = resolve_block_indices(blocks, self.num_layers)
+        images = keras.Input(shape=self.image_size + (self.num_channels,), name="images")
+        outputs = encode(
+            encoder_layers(self), images, blocks=indices, attention_blocks=indices if attention_scores else ()
+        )
+        extractor = keras.Model(inputs=images, outputs=outputs, name=name or f"{self.name}_features")
+        # The layers check shapes with clearer messages than Keras' input spec.
+        extractor.input_spec = None
+        return extractor
 
     @classmethod
     def from_variant(cls, variant, **overrides):

@@ -9,61 +9,19 @@ import pytest
 
 import keras_vit
 from tests import numpy_reference as ref
+from tests.models.model_helpers import randomise, reference_weights, to_numpy
 from tests.helpers import save_and_reload
 
 TINY = dict(image_size=8, patch_size=4, hidden_dim=8, num_layers=2, num_heads=2, mlp_dim=16)
 
 
-def to_numpy(x):
-    return keras.ops.convert_to_numpy(x)
-
-
-def _reference_weights(backbone):
-    """Read our model's weights into the numpy reference's plain layout."""
-
-    def values(layer):
-        return [to_numpy(w).astype("float64") for w in layer.weights]
-
-    encoder = backbone.get_layer("patch_encoder")
-    kernel, bias = values(encoder.projection)
-    weights = {
-        "projection_w": kernel,
-        "projection_b": bias,
-        "cls": to_numpy(encoder.class_token)[0, 0],
-        "pos": to_numpy(encoder.position_embedding_table)[0],
-        "blocks": [],
-    }
-    for index in range(backbone.num_layers):
-        block = backbone.get_layer(f"transformer_block_{index}")
-        qkv_w, qkv_b = values(block.attention.qkv)
-        width = qkv_w.shape[0]
-        entry = dict(zip(("ln1_g", "ln1_b"), values(block.norm1)))
-        entry.update(zip(("ln2_g", "ln2_b"), values(block.norm2)))
-        entry.update(zip(("wo", "bo"), values(block.attention.output_projection)))
-        entry.update(zip(("w1", "b1"), values(block.mlp.fc1)))
-        entry.update(zip(("w2", "b2"), values(block.mlp.fc2)))
-        for i, part in enumerate("qkv"):
-            entry[f"w{part}"] = qkv_w[:, i * width : (i + 1) * width]
-            entry[f"b{part}"] = qkv_b[i * width : (i + 1) * width]
-        weights["blocks"].append(entry)
-    weights["norm_g"], weights["norm_b"] = values(backbone.get_layer("final_norm"))
-    return weights
-
-
-def _randomise(model, seed=0):
-    """Give every weight random values so zero-initialised ones are tested too."""
-    rng = np.random.default_rng(seed)
-    for weight in model.weights:
-        weight.assign(rng.normal(scale=0.3, size=weight.shape).astype("float32"))
-
-
 def test_backbone_matches_numpy_reference_forward_pass():
     backbone = keras_vit.ViTBackbone(**TINY, pixel_mean=(0.4, 0.5, 0.6), pixel_std=(0.2, 0.3, 0.25))
-    _randomise(backbone)
+    randomise(backbone)
     images = np.random.default_rng(1).uniform(0, 255, size=(3, 8, 8, 3)).astype("float32")
     got = to_numpy(backbone.predict(images, verbose=0))
     expected = ref.vit_forward(
-        images, _reference_weights(backbone), patch=4, num_heads=2, epsilon=1e-6,
+        images, reference_weights(backbone), patch=4, num_heads=2, epsilon=1e-6,
         mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.25), scale=1 / 255,
     )
     np.testing.assert_allclose(got, expected, atol=1e-4)
@@ -74,8 +32,8 @@ def test_classifier_matches_numpy_reference_token_and_gap_pooling():
     for pooling in ("token", "gap"):
         backbone = keras_vit.ViTBackbone(**TINY)
         model = keras_vit.ViTClassifier(backbone, num_classes=5, pooling=pooling, representation_size=6, activation=None)
-        _randomise(model, seed=3)
-        tokens = ref.vit_forward(images, _reference_weights(backbone), 4, 2, 1e-6, 0.5, 0.5, 1 / 255)
+        randomise(model, seed=3)
+        tokens = ref.vit_forward(images, reference_weights(backbone), 4, 2, 1e-6, 0.5, 0.5, 1 / 255)
         pooled = tokens[:, 0] if pooling == "token" else tokens[:, 1:].mean(1)
         pre_w, pre_b = [to_numpy(w) for w in model.get_layer("pre_logits").weights]
         head_w, head_b = [to_numpy(w) for w in model.get_layer("head").weights]
@@ -104,7 +62,7 @@ def test_keras_save_and_load_is_exact(overrides):
     config = {**TINY, **overrides}
     pooling = "token" if config.get("use_class_token", True) else "gap"
     model = keras_vit.ViTClassifier(keras_vit.ViTBackbone(**config), num_classes=3, pooling=pooling)
-    _randomise(model, seed=4)
+    randomise(model, seed=4)
     images = np.random.default_rng(5).uniform(0, 255, size=(2,) + tuple(np.broadcast_to(config["image_size"], 2)) + (3,))
     expected = to_numpy(model(images.astype("float32")))
     with tempfile.TemporaryDirectory() as directory:
