@@ -77,7 +77,7 @@ def main(argv=None):
     )
     per_block = panels.mean_attention_distance.mean(axis=1)
     class_token = maps.class_token  # (blocks, images, heads, rows, cols)
-    peak = class_token.reshape(class_token.shape[:3] + (-1,)).max(-1).mean(axis=1)  # (blocks, heads)
+    peak = class_token.reshape(class_token.shape[:3] + (-1,)).max(-1).mean(axis=1, dtype="float64")  # (blocks, heads)
     numbers = {
         **panels.to_dict(),
         "mean_over_heads_pixels": per_block.round(4).tolist(),

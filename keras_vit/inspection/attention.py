@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from keras_vit.models.encoder import resolve_block_indices
 from keras_vit.utils import to_pair
 
 HEAD_FUSIONS = ("mean", "max", "min")
@@ -143,22 +144,6 @@ def _extractor(backbone, blocks):
     return cache[blocks]
 
 
-def _block_indices(blocks, num_layers):
-    if blocks is None:
-        return tuple(range(num_layers))
-    if isinstance(blocks, (int, np.integer)):
-        blocks = [blocks]
-    indices = []
-    for block in blocks:
-        if not isinstance(block, (int, np.integer)) or not -num_layers <= block < num_layers:
-            raise ValueError(
-                f"`blocks` must hold block indices in [{-num_layers}, {num_layers - 1}] (the model has "
-                f"{num_layers} blocks). Received: blocks={blocks!r}"
-            )
-        indices.append(int(block) % num_layers)
-    return tuple(sorted(set(indices)))
-
-
 def attention_maps(model, images, blocks=None, batch_size=8):
     """Attention probabilities of a backbone's blocks for a batch of images.
 
@@ -194,7 +179,7 @@ def attention_maps(model, images, blocks=None, batch_size=8):
             f"The model takes images shaped (batch, {', '.join(map(str, expected))}). Received: images of shape "
             f"{images.shape}. Resize the images to the model's input size (or pass one image as images[None])."
         )
-    indices = _block_indices(blocks, backbone.num_layers)
+    indices = tuple(resolve_block_indices(blocks, backbone.num_layers))
     extractor = _extractor(backbone, indices)
     outputs = []
     for start in range(0, len(images), batch_size):
