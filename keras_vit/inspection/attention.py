@@ -124,9 +124,13 @@ class AttentionMaps:
         return self.scores[..., : self.num_prefix_tokens].sum(-1)
 
     def block(self, index):
-        """Scores of block `index` (negatives count from the last block): `(batch, heads, tokens, tokens)`."""
-        if index < 0:
-            index = max(self.blocks) + 1 + index
+        """Scores of block `index`: `(batch, heads, tokens, tokens)`.
+
+        `index` is a block number from `blocks`; negatives count from the
+        last extracted block (`-1` is `blocks[-1]`).
+        """
+        if -len(self.blocks) <= index < 0:
+            index = self.blocks[index]
         if index not in self.blocks:
             raise ValueError(f"Block {index} was not extracted; these were: {list(self.blocks)}.")
         return self.scores[self.blocks.index(index)]

@@ -94,6 +94,9 @@ def test_rollout_needs_blocks_from_the_first():
     images = images_for(backbone, count=1)
     maps = inspection.attention_maps(backbone, images[0], blocks=[-1])  # one image without a batch axis
     assert maps.blocks == (1,) and maps.scores.shape[:2] == (1, 1)
+    np.testing.assert_array_equal(maps.block(-1), maps.block(1))
+    with pytest.raises(ValueError, match="not extracted"):
+        maps.block(0)
     with pytest.raises(ValueError, match="blocks 0..k"):
         inspection.attention_rollout(maps)
     first = inspection.attention_maps(backbone, images, blocks=0)
