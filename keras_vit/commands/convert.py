@@ -1,5 +1,7 @@
 """`keras-vit convert SRC DST`: turn a timm / Hugging Face / Google checkpoint into Keras files."""
 
+import argparse
+
 FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
 
 
@@ -47,8 +49,11 @@ def add_arguments(parser):
     parser.add_argument("--no-head", action="store_true", help="keep only the backbone")
     parser.add_argument("--num-heads", type=int, default=None,
                         help="attention heads, for checkpoints whose width does not determine them")
-    parser.add_argument("--softmax", action="store_true",
-                        help="output probabilities instead of logits (the default, as timm and Hugging Face)")
+    parser.add_argument("--logits", action="store_true",
+                        help="output logits (activation=None) instead of probabilities, the default of every "
+                        "ViTClassifier")
+    # Probabilities are the default now; --softmax stays accepted for old scripts.
+    parser.add_argument("--softmax", action="store_true", help=argparse.SUPPRESS)
 
 
 def run(args):
@@ -59,8 +64,8 @@ def run(args):
         overrides = {}
         if args.num_heads is not None:
             overrides["num_heads"] = args.num_heads
-        if args.softmax:
-            overrides["activation"] = "softmax"
+        if args.logits:
+            overrides["activation"] = None
         model = load_checkpoint(
             args.source,
             image_size=None if args.image_size is None else _image_size(args.image_size),

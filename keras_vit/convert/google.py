@@ -133,7 +133,7 @@ def from_npz(arrays, *, image_size=None, interpolation="bicubic", antialias=True
             in `from_timm`.
 
     Returns:
-        A `ViTClassifier` (logits, plus the `tanh` pre-logits layer when
+        A `ViTClassifier` (probabilities unless `activation=None`, plus the `tanh` pre-logits layer when
         the checkpoint has one) or a `ViTBackbone`.
     """
     if any(k.endswith("conv_root/kernel") for k in arrays):

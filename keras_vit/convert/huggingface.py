@@ -160,7 +160,7 @@ def from_huggingface(
             `interpolate_pos_encoding` is bicubic without antialiasing.
 
     Returns:
-        A `ViTClassifier` (logits, class-token pooling) or a `ViTBackbone`.
+        A `ViTClassifier` (probabilities unless `activation=None`, class-token pooling) or a `ViTBackbone`.
     """
     config = dict(config)
     model_type = config.get("model_type", "vit")
@@ -199,7 +199,7 @@ def from_huggingface(
         head_config = {
             "num_classes": int(timm_state["head.weight"].shape[0]),
             "pooling": "token",
-            "activation": None,
+            "activation": "softmax",  # probabilities, like every ViTClassifier; activation=None for logits
             **head_overrides,
         }
     elif "head.weight" in timm_state:

@@ -156,7 +156,7 @@ def from_timm_hybrid(
             inferred ones (e.g. `num_heads`).
 
     Returns:
-        A `ViTClassifier` (logits) or a `ViTBackbone` whose `stem` is the
+        A `ViTClassifier` (probabilities unless `activation=None`) or a `ViTBackbone` whose `stem` is the
         converted BiT ResNet.
     """
     from keras_vit.convert.timm import timm_spec
@@ -280,7 +280,7 @@ def from_npz_hybrid(arrays, *, image_size=None, interpolation="bicubic", antiali
             in `from_timm_hybrid`.
 
     Returns:
-        A `ViTClassifier` (logits) or a `ViTBackbone`.
+        A `ViTClassifier` (probabilities unless `activation=None`) or a `ViTBackbone`.
     """
     state_dict, num_heads = npz_hybrid_to_timm(arrays)
     channels = state_dict[BACKBONE_PREFIX + ("conv.weight" if BACKBONE_PREFIX + "conv.weight" in state_dict

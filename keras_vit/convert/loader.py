@@ -2,18 +2,13 @@
 
 import os
 
+from keras_vit.convert.formats import detect_format
 from keras_vit.convert.io import PICKLE_SUFFIXES, pickle_refusal, read_json, read_npz, read_safetensors_with_metadata
 
 _SAFETENSORS_NAMES = ("model.safetensors", "open_clip_model.safetensors")
 
 
-def _is_huggingface_config(config):
-    return isinstance(config, dict) and ("model_type" in config or "hidden_size" in config) and (
-        "architecture" not in config
-    )
-
-
-def _load_directory(directory, **kwargs):
+def _load_directory(directory, fmt, **kwargs):
     from keras_vit.convert.huggingface import from_huggingface
     from keras_vit.convert.timm import from_timm
 
@@ -33,16 +28,11 @@ def _load_directory(directory, **kwargs):
         raise ValueError(f"{directory} has model.safetensors but no config.json; pass the .safetensors file instead.")
     config = read_json(config_path)
     state_dict, _ = read_safetensors_with_metadata(weights_path)
-    if _is_huggingface_config(config):
+    if fmt == "huggingface":
         processor_path = os.path.join(directory, "preprocessor_config.json")
         processor = read_json(processor_path) if os.path.exists(processor_path) else None
         return from_huggingface(config, state_dict, preprocessor_config=processor, **kwargs)
-    if "architecture" in config:
-        return from_timm(state_dict, config=config, **kwargs)
-    raise ValueError(
-        f"{config_path} is neither a Hugging Face ViT config (with 'model_type') nor a timm hub "
-        "config (with 'architecture')."
-    )
+    return from_timm(state_dict, config=config, **kwargs)
 
 
 def load_checkpoint(
@@ -50,7 +40,8 @@ def load_checkpoint(
 ):
     """Load a timm, Hugging Face or Google ViT checkpoint as a keras_vit model.
 
-    The format is recognised from `source`:
+    The format is recognised from `source` by
+    `keras_vit.convert.formats.detect_format`:
 
     - a `.safetensors` file: a timm state dict (or the output of
       `export_timm`); a Hugging Face state dict is recognised by its names;
@@ -76,12 +67,13 @@ def load_checkpoint(
             a classification head, else a `ViTBackbone`. Defaults to `True`.
         **overrides: Model arguments that replace inferred ones (e.g.
             `num_heads` for a checkpoint whose width is not a standard one,
-            `pixel_mean`/`pixel_std`, `activation="softmax"`).
+            `pixel_mean`/`pixel_std`, `activation=None`).
 
     Returns:
-        A `ViTClassifier` (outputs logits, `activation=None`, like the
-        source libraries) or a `ViTBackbone`. Both carry the checkpoint's
-        pixel preprocessing: feed raw [0, 255] images.
+        A `ViTClassifier` or a `ViTBackbone`. Like every ViTClassifier, the
+        classifier outputs probabilities (`activation="softmax"`); pass
+        `activation=None` for the logits the source library computes. Both
+        carry the checkpoint's pixel preprocessing: feed raw [0, 255] images.
     """
     from keras_vit.convert.google import from_npz
     from keras_vit.convert.huggingface import from_huggingface, is_huggingface_state_dict
@@ -91,28 +83,26 @@ def load_checkpoint(
         image_size=image_size, interpolation=interpolation, antialias=antialias, include_head=include_head, **overrides
     )
     path = os.fspath(source)
+    fmt = detect_format(path)
+    if fmt == "keras_vit":
+        raise ValueError(
+            f"{path} is a keras_vit preset, not a checkpoint to convert; load it with "
+            f"`keras_vit.ViTClassifier.from_preset({path!r})` (or ViTBackbone.from_preset)."
+        )
     if os.path.isdir(path):
-        return _load_directory(path, **kwargs)
-    if not os.path.exists(path):
-        raise ValueError(f"Checkpoint not found: {path}")
-    lower = path.lower()
-    if lower.endswith(PICKLE_SUFFIXES):
-        raise pickle_refusal(path)
-    if lower.endswith(".npz"):
+        return _load_directory(path, fmt, **kwargs)
+    if fmt == "npz":
         return from_npz(read_npz(path), **kwargs)
-    if lower.endswith(".safetensors"):
+    if fmt == "timm":
         state_dict, metadata = read_safetensors_with_metadata(path)
         config = timm_config_from_metadata(metadata)
         sibling = os.path.join(os.path.dirname(path), "config.json")
         if config is None and os.path.basename(path) in _SAFETENSORS_NAMES and os.path.exists(sibling):
-            return _load_directory(os.path.dirname(path) or ".", **kwargs)
+            directory = os.path.dirname(path) or "."
+            return _load_directory(directory, detect_format(directory), **kwargs)
         if is_huggingface_state_dict(state_dict):
             raise ValueError(
                 f"{path} holds Hugging Face ViT weights; pass the directory with its config.json "
                 "(the config carries the head count and epsilon)."
             )
         return from_timm(state_dict, config=config, **kwargs)
-    raise ValueError(
-        f"Unrecognised checkpoint {path}. Pass a .safetensors file (timm), a directory with "
-        "config.json + model.safetensors (Hugging Face or timm hub), or a Google .npz."
-    )

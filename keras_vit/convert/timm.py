@@ -198,7 +198,7 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
                 int(np.shape(state_dict["pre_logits.fc.weight"])[0]) if "pre_logits.fc.weight" in state_dict else None
             ),
             "pooled_norm": "fc_norm.weight" in state_dict,
-            "activation": None,  # logits, like timm
+            "activation": "softmax",  # probabilities, like every ViTClassifier; activation=None for logits
         }
         head_config.update(head_overrides)
     else:
@@ -242,11 +242,12 @@ def from_timm(
             for non-square checkpoints without a config.
         **overrides: `ViTBackbone` / `ViTClassifier` arguments that replace
             the inferred ones (e.g. `num_heads=...`, `pixel_mean=...`,
-            `activation="softmax"`).
+            `activation=None` for logits).
 
     Returns:
-        A `ViTClassifier` that outputs logits (`activation=None`, as timm),
-        or a `ViTBackbone`.
+        A `ViTClassifier` that outputs probabilities (`activation="softmax"`,
+        the rule of every ViTClassifier; pass `activation=None` for timm's
+        logits), or a `ViTBackbone`.
     """
     state_dict = {k: np.asarray(v) for k, v in state_dict.items()}
     if any(k.startswith("patch_embed.backbone.") for k in state_dict):

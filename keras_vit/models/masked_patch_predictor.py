@@ -1,11 +1,13 @@
 """Masked patch prediction: the ViT paper's self-supervised pre-training."""
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_vit.layers.patch_corruption import KEEP, PatchCorruption
+from keras_vit.models.base import ViTModel
 from keras_vit.models.encoder import encode, encoder_layers
+from keras_vit.models.vit_backbone import ViTBackbone
+from keras_vit.utils import per_channel
 
 TARGETS = ("mean_color", "mean_color_4x4", "pixels")
 # The 4x4 target downsizes each patch to a SUBGRID x SUBGRID grid of mean colours.
@@ -13,7 +15,7 @@ SUBGRID = 4
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class MaskedPatchPredictor(keras.Model):
+class MaskedPatchPredictor(ViTModel):
     """Self-supervised pre-training of a ViT backbone by masked patch prediction.
 
     The objective of §4.6 and appendix B.1.2 of the ViT paper, a BERT-like
@@ -110,6 +112,12 @@ class MaskedPatchPredictor(keras.Model):
         dtype=None,
         **kwargs,
     ):
+        self.check_arguments(kwargs)
+        if not isinstance(backbone, ViTBackbone):
+            raise ValueError(
+                "`backbone` must be a keras_vit.ViTBackbone, for example "
+                f"`keras_vit.ViTBackbone.from_variant('ViT-S/16')`. Received: backbone={type(backbone).__name__}"
+            )
         if target not in TARGETS:
             raise ValueError(f"Unknown `target`. Use one of {TARGETS}. Received: target={target!r}")
         if not isinstance(color_bits, int) or isinstance(color_bits, bool) or not 1 <= color_bits <= 8:
@@ -205,8 +213,8 @@ class MaskedPatchPredictor(keras.Model):
         if self.target == "pixels":
             # The backbone's normalisation, (x * scale - mean) / std per channel,
             # from its public config so the targets stay float32 under mixed precision.
-            mean = ops.convert_to_tensor(_per_channel(backbone.pixel_mean, channels))
-            std = ops.convert_to_tensor(_per_channel(backbone.pixel_std, channels))
+            mean = ops.convert_to_tensor(list(per_channel(backbone.pixel_mean, "pixel_mean", channels)))
+            std = ops.convert_to_tensor(list(per_channel(backbone.pixel_std, "pixel_std", channels)))
             normalised = (images * float(backbone.pixel_scale) - mean) / std
             return patches_layer.call(normalised)
         unit = ops.clip(images * float(backbone.pixel_scale), 0.0, 1.0)  # pixels in [0, 1]
@@ -281,14 +289,6 @@ class MaskedPatchPredictor(keras.Model):
         kwargs.pop("loss", None)
         super().compile(optimizer=optimizer, **kwargs)
 
-    def compile_from_config(self, config):
-        # Keras skips re-compiling models whose `compile` is overridden; this one
-        # takes the same arguments, so a loaded model resumes with its optimizer.
-        config = keras.saving.deserialize_keras_object(config)
-        self.compile(**config)
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
-
     # --- serialisation -----------------------------------------------------
 
     def get_config(self):
@@ -300,19 +300,5 @@ class MaskedPatchPredictor(keras.Model):
             "target": self.target,
             "color_bits": self.color_bits,
             "seed": self.seed,
-            "name": self.name,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            **self.base_config(),
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
-
-
-def _per_channel(value, channels):
-    values = [float(value)] if np.isscalar(value) else [float(v) for v in value]
-    return [values[0]] * channels if len(values) == 1 else values

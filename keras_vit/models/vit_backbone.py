@@ -5,15 +5,48 @@ import numpy as np
 
 from keras_vit.layers.image_normalization import ImageNormalization
 from keras_vit.layers.patch_encoder import PatchEncoder
-from keras_vit.layers.patches import Patches, check_image_shape, normalize_pair
+from keras_vit.layers.patches import Patches, check_image_shape
+from keras_vit.models.base import MAX_PARAMETERS, ViTModel
 from keras_vit.layers.transformer_block import TransformerBlock
 from keras_vit.models.encoder import EncoderLayers, encode, encoder_layers, resolve_block_indices
 from keras_vit.models.hybrid import bit_resnet_stem
 from keras_vit.models.variants import parse_variant
+from keras_vit.utils import to_pair
+from keras_vit.utils.resample import resample_position_embedding
+
+
+# Upper bounds refused at once, before any variable is created: values past
+# them are typos (a ViT-H/14 has 1280 wide tokens in 32 blocks).
+LIMITS = {"image_size": 8192, "hidden_dim": 65536, "num_layers": 1000, "mlp_dim": 262144, "num_channels": 1024,
+          "num_register_tokens": 1024, "tokens": 65536}
+
+
+def estimate_parameters(patch_features, hidden_dim, num_layers, mlp_dim, tokens, layer_scale=False):
+    """The parameter count of a ViT encoder by arithmetic (stem excluded)."""
+    d = hidden_dim
+    per_block = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + (2 * d * mlp_dim + mlp_dim + d) + (2 * d if layer_scale else 0)
+    return (patch_features * d + d) + tokens * d + d + num_layers * per_block + 2 * d
+
+
+def check_limit(value, key, where="ViTBackbone"):
+    """Refuse a size above its documented limit (see `LIMITS`)."""
+    if value > LIMITS[key]:
+        raise ValueError(
+            f"`{key}` of {where} is at most {LIMITS[key]} (a larger value is almost surely a typo "
+            f"and would allocate for minutes or exhaust memory). Received: {key}={value!r}"
+        )
+
+
+def check_parameter_count(count, where):
+    if count > MAX_PARAMETERS:
+        raise ValueError(
+            f"This {where} config would have about {count:.3g} parameters, more than keras_vit builds "
+            f"({MAX_PARAMETERS:.0e}); check `hidden_dim`, `mlp_dim`, `num_layers` and `num_classes`."
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViTBackbone(keras.Model):
+class ViTBackbone(ViTModel):
     """Vision Transformer encoder: images in, normalised tokens out.
 
     The data path is `ImageNormalization -> [stem] -> Patches ->
@@ -102,10 +135,40 @@ class ViTBackbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        image_size = normalize_pair(image_size, "image_size")
-        patch_size = normalize_pair(patch_size, "patch_size")
+        self.check_arguments(kwargs)
+        image_size = to_pair(image_size, "image_size")
+        patch_size = to_pair(patch_size, "patch_size")
         _check_positive_int(num_channels=num_channels, hidden_dim=hidden_dim, num_layers=num_layers,
                             num_heads=num_heads, mlp_dim=mlp_dim)
+        if not isinstance(num_register_tokens, int) or isinstance(num_register_tokens, bool) or num_register_tokens < 0:
+            raise ValueError(
+                f"`num_register_tokens` must be an int >= 0. Received: num_register_tokens={num_register_tokens!r}"
+            )
+        check_limit(max(image_size), "image_size")
+        for key, value in (("hidden_dim", hidden_dim), ("num_layers", num_layers), ("mlp_dim", mlp_dim),
+                           ("num_channels", num_channels), ("num_register_tokens", num_register_tokens)):
+            check_limit(value, key)
+        num_prefix_tokens = int(bool(use_class_token)) + num_register_tokens
+        if stem is None:
+            check_limit(num_prefix_tokens + (image_size[0] // patch_size[0]) * (image_size[1] // patch_size[1]),
+                        "tokens")
+        check_parameter_count(
+            estimate_parameters(patch_size[0] * patch_size[1] * num_channels, hidden_dim, num_layers, mlp_dim,
+                                num_prefix_tokens, layer_scale_init is not None), "ViTBackbone")
+        if position_embedding not in ("learned", "sincos2d", "none"):
+            raise ValueError(
+                "`position_embedding` must be 'learned', 'sincos2d' or 'none'. "
+                f"Received: position_embedding={position_embedding!r}"
+            )
+        if stem is not None and not isinstance(stem, keras.layers.Layer):
+            raise ValueError(
+                "`stem` must be a Keras layer or model that maps images to a feature map, for example "
+                "`keras_vit.models.bit_resnet_stem((3, 4, 9))`, or None. For a named hybrid use "
+                f"`ViTBackbone.from_variant('R50+ViT-B/16')`. Received: stem={stem!r}"
+            )
+        for key, value in (("dropout", dropout), ("attention_dropout", attention_dropout)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{key}` must be a number in [0, 1). Received: {key}={value!r}")
         if hidden_dim % num_heads:
             raise ValueError(
                 f"`hidden_dim` must be divisible by `num_heads` so each head gets "
@@ -134,6 +197,8 @@ class ViTBackbone(keras.Model):
                 )
             check_image_shape(features.shape, patch_size, layer_name="The stem's feature map")
             feature_rows, feature_cols = features.shape[1], features.shape[2]
+            check_limit(num_prefix_tokens + (feature_rows // patch_size[0]) * (feature_cols // patch_size[1]),
+                        "tokens")
         grid_size = (feature_rows // patch_size[0], feature_cols // patch_size[1])
         patch_encoder = PatchEncoder(
             hidden_dim,
@@ -170,7 +235,7 @@ class ViTBackbone(keras.Model):
                                patch_encoder, blocks, norm)
         x = encode(layers, images)["output"]
 
-        super().__init__(inputs=images, outputs=x, name=name, **kwargs)
+        super().__init__(inputs=images, outputs=x, name=name, dtype=dtype, **kwargs)
         # Shape errors are raised by the preprocessing and Patches layers with
         # messages that say how to fix them, instead of Keras' generic one.
         self.input_spec = None
@@ -260,6 +325,47 @@ class ViTBackbone(keras.Model):
         extractor.input_spec = None
         return extractor
 
+    def with_image_size(self, image_size):
+        """A new backbone for another input size, with this one's weights.
+
+        The patch size is kept, so the patch grid changes; the learned
+        position embedding of the grid is resampled in 2-D as timm does
+        (bicubic, antialiased), its prefix rows (class token, registers)
+        kept as they are. A hybrid's stem is rebuilt for the new size (its
+        convolution weights do not depend on it). The paper fine-tunes at a
+        higher resolution this way (section 3.2).
+
+        Args:
+            image_size: int or tuple of two ints. The new input size.
+
+        Returns:
+            A new `ViTBackbone`; this one is left unchanged.
+
+        Example:
+
+        >>> backbone = keras_vit.ViTBackbone.from_variant("ViT-Ti/16", image_size=224)
+        >>> backbone.with_image_size(384).grid_size
+        (24, 24)
+        """
+        image_size = to_pair(image_size, "image_size")
+        config = self.get_config()
+        config["image_size"] = image_size
+        if self.stem is not None:
+            # A copy of the stem from its config, built anew at the new size.
+            config["stem"] = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(self.stem))
+        try:
+            backbone = type(self).from_config(config)
+        except ValueError as error:
+            if self.stem is None:
+                raise
+            raise ValueError(
+                f"Cannot rebuild this hybrid backbone at image_size={image_size}: its stem "
+                f"({type(self.stem).__name__}) does not accept the new size ({error}). A functional-model stem "
+                "declares its input shape; build the stem for the new size and pass it as `ViTBackbone(stem=...)`."
+            ) from error
+        copy_weights(self, backbone)
+        return backbone
+
     @classmethod
     def from_variant(cls, variant, **overrides):
         """Build a backbone from a named variant such as `"ViT-B/16"`.
@@ -306,18 +412,8 @@ class ViTBackbone(keras.Model):
             "pixel_mean": self.pixel_mean,
             "pixel_std": self.pixel_std,
             "stem": None if self.stem is None else keras.saving.serialize_keras_object(self.stem),
-            "name": self.name,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            **self.base_config(),
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if config.get("stem") is not None:
-            config["stem"] = keras.saving.deserialize_keras_object(config["stem"])
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
 
     # === Presets ===
 
@@ -339,22 +435,27 @@ class ViTBackbone(keras.Model):
         Returns:
             A `ViTBackbone`.
         """
-        from keras_vit import presets
+        return super().from_preset(preset, image_size=image_size, load_weights=load_weights)
 
-        return presets.load_preset(preset, target="backbone", image_size=image_size, load_weights=load_weights)
 
-    def save_to_preset(self, directory, **metadata):
-        """Save as a keras_vit preset: `config.json`, `model.weights.h5`, `metadata.json`.
+def copy_weights(source, target):
+    """Copy the weights of `source` into `target`, two models with the same layers.
 
-        The directory loads back with `from_preset(directory)` on any backend.
-
-        Args:
-            directory: str. Created if missing.
-            **metadata: Extra JSON fields for `metadata.json`.
-        """
-        from keras_vit import presets
-
-        presets.save_to_preset(self, directory, **metadata)
+    Variables are matched by path (layer names are stable); a learned
+    position-embedding table whose grid changed is resampled, its prefix
+    rows kept.
+    """
+    source_weights = {variable.path: variable for variable in source.weights}
+    for variable in target.weights:
+        if variable.path not in source_weights:
+            raise ValueError(f"Cannot transfer weights: the source model has no variable {variable.path!r}.")
+        value = keras.ops.convert_to_numpy(source_weights[variable.path].value)
+        if tuple(value.shape) != tuple(variable.shape):
+            if not variable.path.endswith("position_embedding"):
+                raise ValueError(f"Cannot transfer {variable.path!r}: shape {value.shape} vs {tuple(variable.shape)}.")
+            prefix_rows = value.shape[1] - source.grid_size[0] * source.grid_size[1]
+            value = resample_position_embedding(value, prefix_rows, source.grid_size, target.grid_size)
+        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
 
 
 def check_images_rank(images):

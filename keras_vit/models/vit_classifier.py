@@ -1,15 +1,43 @@
 """Image classification with a ViT backbone."""
 
-import inspect
-
 import keras
 
 from keras_vit.layers.token_pooling import TokenPooling
-from keras_vit.models.vit_backbone import ViTBackbone, check_images_rank
+from keras_vit.models.base import ViTModel
+from keras_vit.models.vit_backbone import ViTBackbone, check_images_rank, check_parameter_count
+
+# The one named class list; `keras_vit.decode_predictions` reads its names.
+NAMED_CLASS_LISTS = {"imagenet-1k": 1000}
+
+
+def check_class_names(class_names, num_classes):
+    """`class_names` as stored: `None`, a named list (`"imagenet-1k"`) or a list of `num_classes` str."""
+    if class_names is None:
+        return None
+    if isinstance(class_names, str):
+        if class_names not in NAMED_CLASS_LISTS:
+            raise ValueError(
+                f"`class_names` must be None, a list of {num_classes} str, or one of {sorted(NAMED_CLASS_LISTS)}. "
+                f"Received: class_names={class_names!r}"
+            )
+        if NAMED_CLASS_LISTS[class_names] != num_classes:
+            raise ValueError(
+                f"class_names={class_names!r} names {NAMED_CLASS_LISTS[class_names]} classes but the model has "
+                f"num_classes={num_classes}. Pass a list of {num_classes} names, or None."
+            )
+        return class_names
+    if not isinstance(class_names, (list, tuple)) or not all(isinstance(name, str) for name in class_names):
+        raise ValueError(f"`class_names` must be a list of str. Received: class_names={str(class_names)[:200]}")
+    if len(class_names) != num_classes:
+        raise ValueError(
+            f"`class_names` must hold one name per class: {num_classes} names for num_classes={num_classes}. "
+            f"Received {len(class_names)} names."
+        )
+    return list(class_names)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViTClassifier(keras.Model):
+class ViTClassifier(ViTModel):
     """A ViT backbone, a pooling of its tokens, and a classification head.
 
     The head follows the paper: an optional one-hidden-layer `tanh`
@@ -34,9 +62,13 @@ class ViTClassifier(keras.Model):
             (pair with a loss built with `from_logits=True`). Defaults to
             `"softmax"`. The output is always float32, also under mixed
             precision.
+        class_names: `None`, a list of `num_classes` str, or
+            `"imagenet-1k"` (the 1000 ImageNet classes). Saved with the
+            model; `keras_vit.decode_predictions(predictions, model)` reads
+            them. Defaults to `None`.
         name: str. Model name. Defaults to `"vit_classifier"`.
-        dtype: dtype policy of the head layers. Defaults to the global
-            policy.
+        dtype: dtype policy of the head layers, kept and saved with the
+            model. Defaults to the global policy.
 
     Example:
 
@@ -53,10 +85,18 @@ class ViTClassifier(keras.Model):
         pooled_norm=False,
         head_dropout=0.0,
         activation="softmax",
+        class_names=None,
         name="vit_classifier",
         dtype=None,
         **kwargs,
     ):
+        self.check_arguments(kwargs)
+        if not isinstance(backbone, ViTBackbone):
+            raise ValueError(
+                "`backbone` must be a keras_vit.ViTBackbone, for example "
+                "`keras_vit.ViTBackbone.from_variant('ViT-B/16')`; to classify from another network, "
+                f"pass it as a hybrid's `stem`. Received: backbone={type(backbone).__name__}"
+            )
         if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes <= 0:
             raise ValueError(f"`num_classes` must be a positive int. Received: num_classes={num_classes!r}")
         if representation_size is not None and (not isinstance(representation_size, int) or representation_size <= 0):
@@ -64,15 +104,18 @@ class ViTClassifier(keras.Model):
                 "`representation_size` must be a positive int or None. "
                 f"Received: representation_size={representation_size!r}"
             )
-        num_prefix_tokens = getattr(backbone, "num_prefix_tokens", 1)
+        if pooling not in ("token", "gap"):
+            raise ValueError(f"`pooling` must be 'token' or 'gap'. Received: pooling={pooling!r}")
+        class_names = check_class_names(class_names, num_classes)
+        check_parameter_count(backbone.hidden_dim * num_classes, "ViTClassifier head")
+        num_prefix_tokens = backbone.num_prefix_tokens
 
         # === Layers ===
         images = keras.Input(shape=backbone.input_shape[1:], name="images")
         x = backbone(images)
         x = TokenPooling(pooling, num_prefix_tokens=num_prefix_tokens, dtype=dtype, name="pooling")(x)
         if pooled_norm:
-            epsilon = getattr(backbone, "layer_norm_epsilon", 1e-6)
-            x = keras.layers.LayerNormalization(epsilon=epsilon, dtype=dtype, name="fc_norm")(x)
+            x = keras.layers.LayerNormalization(epsilon=backbone.layer_norm_epsilon, dtype=dtype, name="fc_norm")(x)
         if representation_size is not None:
             x = keras.layers.Dense(representation_size, activation="tanh", dtype=dtype, name="pre_logits")(x)
         x = keras.layers.Dropout(head_dropout, dtype=dtype, name="head_dropout")(x)
@@ -82,7 +125,7 @@ class ViTClassifier(keras.Model):
         # float32 outputs keep the loss stable under mixed precision.
         outputs = keras.layers.Activation(activation, dtype="float32", name="predictions")(x)
 
-        super().__init__(inputs=images, outputs=outputs, name=name, **kwargs)
+        super().__init__(inputs=images, outputs=outputs, name=name, dtype=dtype, **kwargs)
         self.input_spec = None  # the backbone's layers check shapes with clearer messages
 
         # === Config ===
@@ -93,6 +136,7 @@ class ViTClassifier(keras.Model):
         self.pooled_norm = pooled_norm
         self.head_dropout = head_dropout
         self.activation = activation
+        self.class_names = class_names
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         check_images_rank(inputs)
@@ -114,7 +158,10 @@ class ViTClassifier(keras.Model):
         Returns:
             A `ViTClassifier`.
         """
-        head_arguments = set(inspect.signature(cls.__init__).parameters) - {"self", "backbone", "kwargs"}
+        head_arguments = set(cls.argument_names()) - {"backbone", "name"}
+        backbone_arguments = set(ViTBackbone.argument_names())
+        unknown = {key: value for key, value in overrides.items() if key not in head_arguments | backbone_arguments}
+        cls.check_arguments(unknown, extra=sorted((head_arguments | backbone_arguments) - {"backbone"}))
         head_config = {"num_classes": 1000}
         backbone_config = {}
         for key, value in overrides.items():
@@ -137,14 +184,6 @@ class ViTClassifier(keras.Model):
             metrics = ["accuracy"]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
-    def compile_from_config(self, config):
-        # Keras does not re-compile a loaded model whose `compile` is
-        # overridden; ours takes the standard arguments, so restore it here
-        # and a loaded model resumes training with its optimizer state.
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
-
     def get_config(self):
         return {
             "backbone": keras.saving.serialize_keras_object(self.backbone),
@@ -154,14 +193,58 @@ class ViTClassifier(keras.Model):
             "pooled_norm": self.pooled_norm,
             "head_dropout": self.head_dropout,
             "activation": self.activation,
-            "name": self.name,
+            "class_names": self.class_names,
+            **self.base_config(),
         }
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+    # === New head, new resolution ===
+
+    def _rebuild(self, backbone, copy_head, **changes):
+        config = {**self.get_config(), **changes}
+        config.pop("backbone")
+        config["dtype"] = self.dtype_policy
+        model = type(self)(backbone=backbone, **config)
+        for name in ("fc_norm", "pre_logits") + (("head",) if copy_head else ()):
+            if any(layer.name == name for layer in self.layers):
+                model.get_layer(name).set_weights(self.get_layer(name).get_weights())
+        return model
+
+    def with_head(self, num_classes, class_names=None):
+        """A new classifier with a new zero-initialised head and this model's other weights.
+
+        The backbone (and the `fc_norm` / `pre_logits` layers, if any) is
+        copied; the new `head` Dense starts at zero, as the paper fine-tunes,
+        so the new model first predicts the uniform distribution.
+
+        Args:
+            num_classes: int. Classes of the new head.
+            class_names: `None`, a list of `num_classes` str, or
+                `"imagenet-1k"`. Defaults to `None`.
+
+        Returns:
+            A new `ViTClassifier`; this one is left unchanged.
+
+        Example:
+
+        >>> model = keras_vit.ViTClassifier.from_preset("vit_b16_in21k_ft_in1k")
+        >>> flowers = model.with_head(5, class_names=["daisy", "dandelion", "rose", "sunflower", "tulip"])
+        """
+        backbone = self.backbone.with_image_size(self.backbone.image_size)
+        return self._rebuild(backbone, copy_head=False, num_classes=num_classes, class_names=class_names)
+
+    def with_image_size(self, image_size):
+        """A new classifier for another input size, with all of this model's weights.
+
+        See `ViTBackbone.with_image_size`: the position embedding is
+        resampled and a hybrid's stem rebuilt; the head is kept.
+
+        Args:
+            image_size: int or tuple of two ints. The new input size.
+
+        Returns:
+            A new `ViTClassifier`; this one is left unchanged.
+        """
+        return self._rebuild(self.backbone.with_image_size(image_size), copy_head=True)
 
     # === Presets ===
 
@@ -190,21 +273,4 @@ class ViTClassifier(keras.Model):
 
         >>> model = keras_vit.ViTClassifier.from_preset("vit_b16_in21k", num_classes=10, image_size=384)
         """
-        from keras_vit import presets
-
-        return presets.load_preset(
-            preset, target="classifier", image_size=image_size, num_classes=num_classes, load_weights=load_weights
-        )
-
-    def save_to_preset(self, directory, **metadata):
-        """Save as a keras_vit preset: `config.json`, `model.weights.h5`, `metadata.json`.
-
-        The directory loads back with `from_preset(directory)` on any backend.
-
-        Args:
-            directory: str. Created if missing.
-            **metadata: Extra JSON fields for `metadata.json`.
-        """
-        from keras_vit import presets
-
-        presets.save_to_preset(self, directory, **metadata)
+        return super().from_preset(preset, image_size=image_size, num_classes=num_classes, load_weights=load_weights)

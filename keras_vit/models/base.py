@@ -1,0 +1,132 @@
+"""The base of keras_vit's models: arguments, dtype policy, config, presets.
+
+`ViTBackbone`, `ViTClassifier` and `MaskedPatchPredictor` share it, so they
+agree on what a model keeps when it is saved (its dtype policy), how it is
+rebuilt from a config, how a loaded model resumes training, and how it is
+loaded from or saved to a preset (`keras_vit.presets`, imported lazily:
+the models never depend on the preset machinery otherwise).
+"""
+
+import inspect
+
+import keras
+
+# Keras' own constructor arguments that every model keeps accepting.
+KERAS_ARGUMENTS = ("trainable",)
+
+# Parameters above this are refused before any variable is created: such a
+# config is almost surely a typo (ViT-H/14 has 0.63e9, ViT-22B 2.2e10 needs
+# sharding this package does not do for a single model build).
+MAX_PARAMETERS = 4_000_000_000
+
+
+class ViTModel(keras.Model):
+    """Base class of the keras_vit models.
+
+    Subclasses pass their own constructor arguments explicitly and hand
+    `name`, `dtype` and Keras' arguments (`trainable`) here. Each
+    constructor first calls `check_arguments(kwargs)`, so a misspelled
+    argument is refused with the list of valid ones instead of ignored.
+
+    Args:
+        *args: `inputs, outputs` for a functional model, nothing otherwise.
+        dtype: dtype policy (a name such as `"mixed_bfloat16"` or a
+            `keras.DTypePolicy`) or `None` for the global policy. It is kept
+            on the model and saved with it.
+        **kwargs: `name` and Keras' own arguments (`trainable`).
+    """
+
+    def __init__(self, *args, dtype=None, **kwargs):
+        if args or "inputs" in kwargs:
+            # A functional keras.Model ignores `dtype`; set it after.
+            super().__init__(*args, **kwargs)
+            self.dtype_policy = dtype if dtype is not None else keras.config.dtype_policy()
+        else:
+            super().__init__(dtype=dtype, **kwargs)
+
+    # === Arguments ===
+
+    @classmethod
+    def argument_names(cls):
+        """The keyword arguments the constructor accepts, sorted."""
+        names = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs", "args"}
+        return sorted(names | set(KERAS_ARGUMENTS))
+
+    @classmethod
+    def check_arguments(cls, kwargs, extra=()):
+        """Raise a ValueError naming unknown keyword arguments and the valid ones.
+
+        Args:
+            kwargs: dict. The keyword arguments left after the constructor's
+                own (`**kwargs`).
+            extra: iterable of str. Other names that are valid here (e.g.
+                the backbone's arguments for `ViTClassifier.from_variant`).
+        """
+        unknown = sorted(set(kwargs) - set(KERAS_ARGUMENTS) - set(extra))
+        if unknown:
+            valid = sorted(set(cls.argument_names()) | set(extra))
+            raise ValueError(
+                f"Unknown argument{'s' if len(unknown) > 1 else ''} for {cls.__name__}: "
+                f"{', '.join(unknown)}. Valid arguments: {', '.join(valid)}. "
+                f"Received: {', '.join(f'{k}={kwargs[k]!r}' for k in unknown)}"
+            )
+
+    # === Config ===
+
+    def base_config(self):
+        """`name` and the serialized dtype policy, for `get_config`."""
+        return {"name": self.name, "dtype": keras.dtype_policies.serialize(self.dtype_policy)}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in ("backbone", "stem"):
+            if isinstance(config.get(key), dict):
+                config[key] = deserialize_model(config[key])
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+    def compile_from_config(self, config):
+        # Keras does not re-compile a loaded model whose `compile` is
+        # overridden; ours take the standard arguments, so restore it here
+        # and a loaded model resumes training with its optimizer state.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    # === Presets ===
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """Build this model from a pretrained preset.
+
+        A thin facade over `keras_vit.presets.load_preset`; see the
+        subclasses for their arguments.
+        """
+        from keras_vit import presets
+
+        return presets.load_preset(preset, target=cls, load_weights=load_weights, **kwargs)
+
+    def save_to_preset(self, directory, **metadata):
+        """Save as a keras_vit preset: `config.json`, `model.weights.h5`, `metadata.json`.
+
+        The directory loads back with `from_preset(directory)` on any backend,
+        with the same dtype policy.
+
+        Args:
+            directory: str. Created if missing.
+            **metadata: Extra JSON fields for `metadata.json`.
+        """
+        from keras_vit import presets
+
+        presets.save_to_preset(self, directory, **metadata)
+
+
+def deserialize_model(config):
+    """A serialized layer or model; also the short `{"class_name", "config"}` form of presets."""
+    if "module" not in config and "registered_name" not in config:
+        registered = keras.saving.get_registered_object(f"keras_vit>{config.get('class_name')}")
+        if registered is not None:
+            return registered.from_config(config.get("config", {}))
+    return keras.saving.deserialize_keras_object(config)
