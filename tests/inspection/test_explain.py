@@ -111,3 +111,14 @@ def test_explain_a_converted_checkpoint_by_preset_path(tmp_path, capsys):
     assert len(os.listdir(out)) == 6
     numbers = json.loads((out / "figure7.json").read_text())
     assert numbers["model"] == fixture and numbers["explained_variance_ratio"] is not None
+
+
+def test_titles_name_the_predicted_class():
+    backbone = keras_vit.ViTBackbone(image_size=8, patch_size=4, **TINY)
+    named = keras_vit.ViTClassifier(backbone=backbone, num_classes=3, class_names=["cat", "dog", "fox"])
+    images = np.zeros((2, 8, 8, 3), "float32")
+    # A fresh head is zero: uniform probabilities, and argmax takes the first class.
+    assert explain._prediction(named, images) == [("cat", pytest.approx(1 / 3)), ("cat", pytest.approx(1 / 3))]
+    logits = keras_vit.ViTClassifier(backbone=backbone, num_classes=3, activation=None)
+    assert explain._prediction(logits, images)[0] == ("class 0", pytest.approx(1 / 3))
+    assert explain._prediction(backbone, images) is None
