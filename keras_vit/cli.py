@@ -26,6 +26,7 @@ COMMANDS = {
     "convert": "Convert a timm, Hugging Face or Google .npz checkpoint.",
     "presets": "List the pretrained presets.",
     "predict": "Classify an image with a pretrained preset.",
+    "explain": "Attention maps, attention rollout and the paper's Figure 7 for images, as PNG files.",
 }
 
 # The order in which an unset KERAS_BACKEND is filled in from what is installed.

@@ -1,0 +1,190 @@
+"""`keras-vit explain IMAGE... --preset NAME|--model FILE --out DIR`: what the model looks at.
+
+Writes, for each image, its attention rollout laid over it and its attention
+maps per block and head; and, for the model, the paper's Figure 7 (patch
+embedding filters, position-embedding similarity, mean attention distance
+over the given images) with its numbers in `figure7.json`.
+"""
+
+import os
+
+DEFAULT_BATCH = 8
+
+
+def add_arguments(parser):
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image file(s) (JPEG, PNG, ...)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--preset", help="a preset name (see `keras-vit presets`), hf://org/repo, or a local preset / checkpoint path"
+    )
+    source.add_argument(
+        "--model", metavar="FILE",
+        help="a .keras file holding a ViTClassifier, ViTBackbone or MaskedPatchPredictor "
+        "(e.g. from `keras-vit train --save` or `keras-vit pretrain`)",
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files (created if missing)")
+    parser.add_argument(
+        "--components", type=int, default=28,
+        help="principal components of the patch-embedding filters to draw (default: 28, as in the paper)",
+    )
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help=f"images per pass (default: {DEFAULT_BATCH})")
+
+
+def _check_out(out):
+    from keras_vit.utils import check_writable
+    from keras_vit.utils.files import quote
+
+    if os.path.exists(out):
+        if not os.path.isdir(out):
+            raise ValueError(f"--out {quote(out)} exists and is not a directory; give a directory for the figures.")
+        if not os.access(out, os.W_OK):
+            raise ValueError(f"--out {quote(out)} is not writable.")
+    else:
+        check_writable(out)  # its parent must exist and be writable
+
+
+def _check_arguments(args):
+    from keras_vit.inspection.figures import require_matplotlib
+    from keras_vit.utils.files import quote
+
+    missing = [path for path in args.images if not os.path.isfile(path)]
+    if missing:
+        raise ValueError(f"no such image file: {', '.join(quote(path) for path in missing)}")
+    if args.model is not None and not args.model.endswith(".keras"):
+        raise ValueError(
+            f"--model takes a .keras file. Received: --model {quote(args.model)}; "
+            "use --preset for presets and checkpoints (timm, Hugging Face, .npz)."
+        )
+    if args.model is not None and not os.path.isfile(args.model):
+        raise ValueError(f"no such model file: {quote(args.model)}")
+    if args.batch_size < 1 or args.components < 1:
+        raise ValueError("--batch-size and --components must be positive.")
+    _check_out(args.out)
+    try:
+        require_matplotlib()
+    except ImportError as error:
+        raise ValueError(str(error)) from None
+
+
+def _load_model(args):
+    import keras
+
+    from keras_vit.inspection import backbone_of
+    from keras_vit.models.vit_backbone import ViTBackbone
+    from keras_vit.models.vit_classifier import ViTClassifier
+
+    if args.model is not None:
+        model = keras.saving.load_model(args.model, compile=False)
+        backbone_of(model)  # a clear error for a .keras file of another model
+        return model
+    try:
+        return ViTClassifier.from_preset(args.preset)
+    except ValueError as error:
+        if "without a classification head" not in str(error):
+            raise
+        return ViTBackbone.from_preset(args.preset)
+
+
+def _load_images(paths, backbone):
+    import numpy as np
+
+    from keras_vit.commands.predict import load_image
+
+    height, width, channels = backbone.input_shape[1:]
+    if channels not in (1, 3):
+        raise ValueError(f"The model takes {channels}-channel images; explain reads RGB or grayscale files only.")
+    images = np.stack([load_image(path, (height, width)) for path in paths])  # (B, h, w, 3) in [0, 255]
+    if channels == 1:
+        images = (images @ np.array([0.299, 0.587, 0.114], dtype="float32"))[..., None]  # ITU-R 601 luma, as PIL's "L"
+    return images
+
+
+def _names(paths):
+    """One output stem per image: the file name, numbered so that equal names stay apart."""
+    return [f"{index:03d}_{os.path.splitext(os.path.basename(path))[0]}" for index, path in enumerate(paths)]
+
+
+def _prediction(model, images):
+    """`[(label, probability)]` per image for a classifier, else `None`."""
+    import numpy as np
+
+    if not hasattr(model, "num_classes"):
+        return None
+    scores = np.asarray(model.predict_on_batch(images), dtype="float64")
+    if model.activation is None:  # logits
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        scores /= scores.sum(-1, keepdims=True)
+    names = getattr(model, "class_names", None)
+    if (names is None or names == "imagenet-1k") and scores.shape[-1] == 1000:
+        from keras_vit.presets.imagenet import imagenet_classes
+
+        names = [lemmas.split(",")[0] for _, lemmas in imagenet_classes()]
+    elif not isinstance(names, (list, tuple)):
+        names = None
+    top = scores.argmax(-1)
+    return [(names[i] if names else f"class {i}", float(row[i])) for i, row in zip(top, scores)]
+
+
+def run(args):
+    import dataclasses
+    import json
+
+    import keras
+    import numpy as np
+
+    from keras_vit import inspection
+    from keras_vit.utils import atomic_write
+
+    _check_arguments(args)
+    model = _load_model(args)
+    backbone = inspection.backbone_of(model)
+    images = _load_images(args.images, backbone)
+    names = _names(args.images)
+    os.makedirs(args.out, exist_ok=True)
+    written = []
+
+    def save(figure, file_name):
+        path = os.path.join(args.out, file_name)
+        inspection.save_figure(figure, path)
+        written.append(path)
+
+    progress = keras.utils.Progbar(len(images), unit_name="image") if len(images) > 1 else None
+    distance_sum, first_maps = 0.0, None
+    for start in range(0, len(images), args.batch_size):
+        batch = images[start : start + args.batch_size]
+        maps = inspection.attention_maps(backbone, batch, batch_size=args.batch_size)
+        if first_maps is None:
+            first_maps = maps
+        distance_sum = distance_sum + inspection.mean_attention_distance(maps) * len(batch)
+        rollout = inspection.attention_rollout(maps)
+        predictions = _prediction(model, batch)
+        for offset, image in enumerate(batch):
+            name = names[start + offset]
+            title = os.path.basename(args.images[start + offset])
+            if predictions is not None:
+                label, probability = predictions[offset]
+                title += f": predicted {label} ({probability:.0%})"
+            save(inspection.plot_rollout(image, rollout.image[offset], title=title), f"{name}_rollout.png")
+            save(inspection.plot_attention_maps(image, maps, index=offset, title=f"{title}: attention per block and head"),
+                 f"{name}_attention.png")
+        if progress is not None:
+            progress.add(len(batch))
+
+    panels = inspection.figure7(backbone, maps=first_maps, num_components=args.components)
+    distances = distance_sum / len(images)
+    panels = dataclasses.replace(panels, mean_attention_distance=distances)
+    save(panels.plot(title=f"Figure 7 of the ViT paper for {args.model or args.preset} ({len(images)} image(s))"),
+         "figure7.png")
+    numbers = {"model": args.model or args.preset, "images": list(args.images), **panels.to_dict()}
+    path = os.path.join(args.out, "figure7.json")
+    with atomic_write(path, "w") as file:
+        json.dump(numbers, file, indent=2)
+    written.append(path)
+
+    per_block = distances.mean(axis=1)
+    print(f"Mean attention distance (pixels, mean over heads): first block {per_block[0]:.2f}, "
+          f"last block {per_block[-1]:.2f} (image diagonal {panels.image_diagonal:.1f}).")
+    print(f"Wrote {len(written)} files to {args.out}:")
+    for path in written:
+        print(f"  {path}")
+    return 0
