@@ -15,6 +15,8 @@ COMMANDS = {
     "convert": "Convert a timm, Hugging Face or Google .npz checkpoint.",
     "presets": "List the pretrained presets.",
     "predict": "Classify an image with a pretrained preset.",
+    "finetune": "Fine-tune a ViT on a folder of images (one subfolder per class).",
+    "fewshot": "Few-shot linear evaluation of a frozen model on a folder of images.",
 }
 
 

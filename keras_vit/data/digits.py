@@ -74,3 +74,12 @@ def write_digits_folder(directory, test_fraction=0.2, seed=0):
                 pixels = np.clip(np.rint(image[..., 0]), 0, 255).astype("uint8")
                 Image.fromarray(pixels, mode="L").save(os.path.join(staging, part, str(label), f"{index:04d}.png"))
     return os.path.join(directory, "train"), os.path.join(directory, "test")
+
+
+if __name__ == "__main__":  # python -m keras_vit.data.digits DIR
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m keras_vit.data.digits OUTPUT_DIR  (writes OUTPUT_DIR/train and OUTPUT_DIR/test)")
+    for folder in write_digits_folder(sys.argv[1]):
+        print(f"wrote {folder}")
