@@ -192,6 +192,7 @@ def finetune(
     seed=0,
     on_bad_file="error",
     workers=2,
+    callbacks=(),
     verbose=1,
 ):
     """Fine-tune a ViT on a class-per-subfolder image folder.
@@ -229,6 +230,7 @@ def finetune(
         seed: int. Defaults to `0`.
         on_bad_file: `"error"` or `"skip"`. Defaults to `"error"`.
         workers: int. Image-decoding threads. Defaults to `2`.
+        callbacks: extra Keras callbacks for `fit`. Defaults to none.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
 
     Returns:
@@ -298,7 +300,7 @@ def finetune(
     }
     start = time.perf_counter()
     history, initial_epoch = fit_resumable(model, train, epochs, run_dir=run_dir, settings=settings,
-                                           validation_data=validation, verbose=verbose)
+                                           validation_data=validation, callbacks=callbacks, verbose=verbose)
     seconds = time.perf_counter() - start
     losses = history.history.get("loss", [])
     if losses and not np.isfinite(losses[-1]):

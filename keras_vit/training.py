@@ -145,6 +145,28 @@ CHECKPOINT_WEIGHTS = "checkpoint.weights.h5"
 CHECKPOINT_STATE = "state.json"
 
 
+def _global_rng_state():
+    """The backend's global generator where Keras layers draw from it (torch: unseeded dropout).
+
+    Keras' `Dropout` without a seed takes torch's fast path, which draws from
+    torch's global generator instead of the layer's `SeedGenerator`; the
+    checkpoint keeps that generator's state so a resumed run drops the same
+    units. (JAX and TensorFlow draw from the layers' own seed states.)
+    """
+    if keras.backend.backend() != "torch":
+        return None
+    import torch  # optional integration: only on the torch backend
+
+    return torch.get_rng_state().tolist()
+
+
+def _set_global_rng_state(state):
+    if state is not None and keras.backend.backend() == "torch":
+        import torch
+
+        torch.set_rng_state(torch.tensor(state, dtype=torch.uint8))
+
+
 def _seed_states(model):
     """The model's random-number states (dropout, drop path, corruption), not part of its weights."""
     weights = {id(variable) for variable in model.weights}
@@ -198,7 +220,15 @@ class EpochCheckpoint(keras.callbacks.Callback):
         if len(saved) == len(seeds):
             for variable, value in zip(seeds, saved):
                 variable.assign(np.asarray(value, dtype=keras.backend.standardize_dtype(variable.dtype)))
+        # Set when the first epoch begins: `fit` itself draws from the global
+        # generator before that (building, creating the data iterator).
+        self._pending_global_rng = state.get("global_rng")
         return int(state["epoch"])
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if getattr(self, "_pending_global_rng", None) is not None:
+            _set_global_rng_state(self._pending_global_rng)
+            self._pending_global_rng = None
 
     def on_epoch_end(self, epoch, logs=None):
         if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
@@ -207,6 +237,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
             "epoch": epoch + 1,
             "settings": self.settings,
             "seed_states": [keras.ops.convert_to_numpy(v.value).tolist() for v in _seed_states(self.model)],
+            "global_rng": _global_rng_state(),
             "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
         }
         with atomic_directory(self.directory) as staging:
@@ -267,8 +298,11 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
             if verbose:
                 print(f"Resuming from the checkpoint in {quote(run_dir)}: {initial_epoch} of {epochs} epochs done.")
         all_callbacks += [checkpoint, keras.callbacks.CSVLogger(log_path, append=initial_epoch > 0)]
+    # shuffle=False: the datasets shuffle themselves by (seed, epoch); Keras'
+    # own shuffling of batch order draws from Python's global `random`, whose
+    # state a checkpoint does not hold.
     history = model.fit(data, validation_data=validation_data, epochs=epochs, initial_epoch=initial_epoch,
-                        callbacks=all_callbacks, verbose=verbose)
+                        callbacks=all_callbacks, shuffle=False, verbose=verbose)
     if run_dir is not None and not model.stop_training:
         shutil.rmtree(os.path.join(run_dir, "backup"), ignore_errors=True)
     return history, initial_epoch

@@ -96,15 +96,16 @@ def _run(args, distribution=None):
         from keras_vit.pretraining import load_pretrained_backbone
 
         if args.variant is not None:
-            raise ValueError("--init-from takes its architecture from the file; drop --variant.")
+            print("error: --init-from takes its architecture from the file; drop --variant.")
+            return 2
         pretrained = load_pretrained_backbone(args.init_from)
         height, width, channels = pretrained.input_shape[1:]
         if height != width or channels != 1 or (args.image_size and args.image_size != height):
-            raise ValueError(
-                f"The pre-trained backbone takes {height}x{width}x{channels} images, but the "
-                f"digits are square and grayscale{f' at {args.image_size}' if args.image_size else ''}. "
-                "Pre-train on digits with `keras-vit pretrain`, or fine-tune on an image folder with "
-                "`keras-vit finetune DATA_DIR --preset FILE.keras --image-size N`.")
+            print(f"error: the pre-trained backbone takes {height}x{width}x{channels} images, but the "
+                  f"digits are square and grayscale{f' at {args.image_size}' if args.image_size else ''}. "
+                  "Pre-train on digits with `keras-vit pretrain`, or fine-tune on an image folder with "
+                  "`keras-vit finetune DATA_DIR --preset FILE.keras --image-size N`.")
+            return 2
         image_size = height
     if image_size != 8:
         x_train = np.asarray(keras.ops.image.resize(x_train, (image_size, image_size)))
