@@ -47,7 +47,8 @@ def test_paper_recipe_is_sgd_with_clipping_and_accumulation_to_512():
     config = optimizer.get_config()
     assert config["momentum"] == 0.9 and config["global_clipnorm"] == 1.0
     assert config["weight_decay"] is None and config["gradient_accumulation_steps"] == 64
-    schedule = optimizer.learning_rate
+    schedule = keras.optimizers.schedules.deserialize(config["learning_rate"])
+    assert schedule.warmup_steps == 5  # linear warm-up over the first 5% of the updates
     assert float(schedule(0)) == 0.0 and math.isclose(float(schedule(schedule.warmup_steps)), 0.01, rel_tol=1e-6)
     assert float(schedule(100)) < 1e-6  # cosine decays to zero at the end
     adamw, accumulation = build_recipe_optimizer("adamw", total_steps=10, batch_size=8)
@@ -57,6 +58,7 @@ def test_paper_recipe_is_sgd_with_clipping_and_accumulation_to_512():
     assert accumulation == 1
 
 
+@pytest.mark.slow
 def test_finetune_at_a_higher_resolution_writes_a_preset_with_class_names(folder, tmp_path):
     source = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8)
     output = str(tmp_path / "mine")
@@ -75,6 +77,7 @@ def test_finetune_at_a_higher_resolution_writes_a_preset_with_class_names(folder
     np.testing.assert_allclose(probabilities, 1 / 3, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_finetune_command_with_mixup(folder, tmp_path, capsys):
     source = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8)
     output = str(tmp_path / "out")
@@ -86,19 +89,22 @@ def test_finetune_command_with_mixup(folder, tmp_path, capsys):
     assert os.path.exists(os.path.join(output, "config.json"))
 
 
-def test_a_backup_from_other_settings_is_not_resumed(folder, tmp_path):
-    source = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8)
-    run_dir = str(tmp_path / "run")
+def test_a_backup_from_other_settings_is_not_resumed(tmp_path):
+    from keras_vit.training import EpochCheckpoint
 
-    class Stop(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            if epoch == 1:
-                raise KeyboardInterrupt  # as if killed after the first epoch's checkpoint
-
-    common = dict(preset=source, batch_size=4, recipe="adamw", run_dir=run_dir, verbose=0, workers=1)
-    with pytest.raises(KeyboardInterrupt):
-        keras_vit.finetune(folder, epochs=2, callbacks=[Stop()], **common)
-    with pytest.raises(ValueError, match="other settings.*epochs"):
-        keras_vit.finetune(folder, epochs=3, **common)
-    result = keras_vit.finetune(folder, epochs=2, **common)
-    assert result["initial_epoch"] == 1
+    model = keras_vit.ViTClassifier.from_variant("ViT-Ti/16", image_size=8, patch_size=4, hidden_dim=16,
+                                                 num_layers=1, num_heads=2, mlp_dim=16, num_classes=2)
+    model.compile(optimizer="adamw")
+    backup = str(tmp_path / "backup")
+    EpochCheckpoint(backup, {"epochs": 2, "seed": 0}).set_model(model)
+    checkpoint = EpochCheckpoint(backup, {"epochs": 2, "seed": 0})
+    checkpoint.set_model(model)
+    checkpoint.on_epoch_end(0, {"loss": 1.0})
+    assert sorted(os.listdir(backup)) == ["checkpoint.weights.h5", "state.json"]
+    assert EpochCheckpoint(backup, {"epochs": 2, "seed": 0}).restore(model) == 1
+    with pytest.raises(ValueError, match="other settings.*changed: epochs"):
+        EpochCheckpoint(backup, {"epochs": 3, "seed": 0}).restore(model)
+    # A diverged epoch (TerminateOnNaN) does not replace the last good backup.
+    model.stop_training = True
+    checkpoint.on_epoch_end(1, {"loss": float("nan")})
+    assert EpochCheckpoint(backup, {"epochs": 2, "seed": 0}).restore(model) == 1
