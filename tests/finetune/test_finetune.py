@@ -95,8 +95,8 @@ def test_a_backup_from_other_settings_is_not_resumed(tmp_path):
     model = keras_vit.ViTClassifier.from_variant("ViT-Ti/16", image_size=8, patch_size=4, hidden_dim=16,
                                                  num_layers=1, num_heads=2, mlp_dim=16, num_classes=2)
     model.compile(optimizer="adamw")
+    model.optimizer.build(model.trainable_variables)  # as after a first training step
     backup = str(tmp_path / "backup")
-    EpochCheckpoint(backup, {"epochs": 2, "seed": 0}).set_model(model)
     checkpoint = EpochCheckpoint(backup, {"epochs": 2, "seed": 0})
     checkpoint.set_model(model)
     checkpoint.on_epoch_end(0, {"loss": 1.0})
