@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it (a submodule maps to itself).
 _PUBLIC = {
     "convert": "keras_vit.convert",
+    "data": "keras_vit.data",
     "distribution": "keras_vit.distribution",
     "layers": "keras_vit.layers",
     "presets": "keras_vit.presets",
@@ -18,6 +19,8 @@ _PUBLIC = {
     "parse_variant": "keras_vit.models",
     "variant_names": "keras_vit.models",
     "decode_predictions": "keras_vit.presets",
+    "fewshot_evaluate": "keras_vit.fewshot",
+    "finetune": "keras_vit.finetuning",
 }
 
 
@@ -42,7 +45,9 @@ def _started_as_command_line():
 if not _started_as_command_line():
     # Imported eagerly otherwise, so every layer and model is registered with
     # Keras (for `keras.saving.load_model`) as soon as `import keras_vit` runs.
-    from keras_vit import convert, distribution, layers, presets  # noqa: E402
+    from keras_vit import convert, data, distribution, layers, presets  # noqa: E402
+    from keras_vit.fewshot import fewshot_evaluate  # noqa: E402
+    from keras_vit.finetuning import finetune  # noqa: E402
     from keras_vit.models import (  # noqa: E402
         MaskedPatchPredictor,
         ViTBackbone,

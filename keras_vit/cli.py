@@ -27,6 +27,8 @@ COMMANDS = {
     "presets": "List the pretrained presets.",
     "predict": "Classify an image with a pretrained preset.",
     "explain": "Attention maps, attention rollout and the paper's Figure 7 for images, as PNG files.",
+    "finetune": "Fine-tune a ViT on a folder of images (one subfolder per class).",
+    "fewshot": "Few-shot linear evaluation of a frozen model on a folder of images.",
 }
 
 # The order in which an unset KERAS_BACKEND is filled in from what is installed.

@@ -3,12 +3,11 @@
 import time
 
 import keras
-import numpy as np
 
 from keras_vit.models.masked_patch_predictor import MaskedPatchPredictor
 from keras_vit.models.vit_backbone import ViTBackbone
 from keras_vit.models.vit_classifier import ViTClassifier
-from keras_vit.training import DIGITS_MODEL, build_optimizer
+from keras_vit.training import DIGITS_MODEL, build_optimizer, check_training_arguments, fit_resumable
 
 
 def build_digits_predictor(seed=0, target="mean_color", corruption_rate=0.5, mask_rate=0.8,
@@ -43,12 +42,16 @@ def pretrain_predictor(
     weight_decay=0.05,
     seed=0,
     verbose=1,
+    run_dir=None,
+    settings=None,
 ):
     """Compile and fit a `MaskedPatchPredictor` on unlabeled images.
 
     Args:
         predictor: `MaskedPatchPredictor`.
-        images: array `(n, height, width, channels)` of raw pixels.
+        images: array `(n, height, width, channels)` of raw pixels, or a
+            `keras.utils.PyDataset` of image batches (e.g. an
+            `ImageFolderDataset` without labels).
         validation_images: optional held-out images; their masked patch loss
             and accuracy are reported. Defaults to `None`.
         epochs: int. Defaults to `60`.
@@ -58,20 +61,28 @@ def pretrain_predictor(
         weight_decay: float. Defaults to `0.05`.
         seed: int. Seeds Keras, numpy and the backend. Defaults to `0`.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
+        run_dir: str or `None`. Checkpoint every epoch here and resume from
+            it (see `keras_vit.training.fit_resumable`). Defaults to `None`.
+        settings: dict. The run's settings, checked when resuming.
 
     Returns:
         A dict with the last epoch's `loss` (and `accuracy` for class
         targets), `seconds` of fitting, the Keras `history`, and
         `validation` (a dict of held-out metrics, or `None`).
     """
+    from keras_vit.data.image_folder import ArrayBatches
+
+    check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
     keras.utils.set_random_seed(seed)
-    steps = epochs * int(np.ceil(len(images) / batch_size))
+    data = images if isinstance(images, keras.utils.PyDataset) else ArrayBatches(images, None, batch_size, seed=seed)
+    steps = epochs * len(data)
     predictor.compile(optimizer=build_optimizer(learning_rate, weight_decay, steps))
     start = time.perf_counter()
-    history = predictor.fit(images, epochs=epochs, batch_size=batch_size, verbose=verbose)
+    history, initial_epoch = fit_resumable(predictor, data, epochs, run_dir=run_dir, settings=settings,
+                                           verbose=verbose)
     seconds = time.perf_counter() - start
     result = {name: float(values[-1]) for name, values in history.history.items()}
-    result.update(seconds=seconds, history=history, validation=None)
+    result.update(seconds=seconds, history=history, validation=None, initial_epoch=initial_epoch)
     if validation_images is not None:
         result["validation"] = {
             name: float(value)

@@ -1,11 +1,19 @@
 """Training recipes: the settings that make a small ViT learn small data."""
 
+import json
+import math
+import numbers
+import os
+import shutil
+import tempfile
 import time
 
 import keras
 import numpy as np
 
 from keras_vit.models.vit_classifier import ViTClassifier
+from keras_vit.utils import atomic_directory, atomic_write, check_writable
+from keras_vit.utils.files import quote
 
 # A ViT small enough to train on 8x8 digits in about a minute per backend.
 DIGITS_MODEL = {
@@ -46,6 +54,8 @@ def train_classifier(
     weight_decay=0.3,
     seed=0,
     verbose=1,
+    run_dir=None,
+    settings=None,
 ):
     """Compile and fit a `ViTClassifier`, then score it on held-out data.
 
@@ -62,20 +72,33 @@ def train_classifier(
             to `0.3`.
         seed: int. Seeds Keras, numpy and the backend. Defaults to `0`.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
+        run_dir: str or `None`. Checkpoint every epoch here and resume from
+            it (see `fit_resumable`). Defaults to `None`.
+        settings: dict. The run's settings, checked when resuming.
 
     Returns:
         A dict with `accuracy` (held-out), `loss`, `seconds` (wall time of
-        the fit) and the Keras `history`.
+        the fit), the Keras `history` and `initial_epoch` (epochs restored
+        from a checkpoint).
     """
+    from keras_vit.data.image_folder import ArrayBatches, check_labels
+
+    check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
     keras.utils.set_random_seed(seed)
     x_train, y_train = train_data
+    y_train = check_labels(y_train, model.num_classes)
+    test_data = (test_data[0], check_labels(test_data[1], model.num_classes))
     steps = epochs * int(np.ceil(len(x_train) / batch_size))
     model.compile(optimizer=build_optimizer(learning_rate, weight_decay, steps))
     start = time.perf_counter()
-    history = model.fit(x_train, y_train, epochs=epochs, batch_size=batch_size, verbose=verbose)
+    history, initial_epoch = fit_resumable(
+        model, ArrayBatches(x_train, y_train, batch_size, seed=seed), epochs, run_dir=run_dir,
+        settings=settings, verbose=verbose,
+    )
     seconds = time.perf_counter() - start
     loss, accuracy = model.evaluate(*test_data, batch_size=256, verbose=0)
-    return {"accuracy": float(accuracy), "loss": float(loss), "seconds": seconds, "history": history}
+    return {"accuracy": float(accuracy), "loss": float(loss), "seconds": seconds, "history": history,
+            "initial_epoch": initial_epoch}
 
 
 def build_digits_classifier(seed=0, **overrides):
@@ -84,3 +107,222 @@ def build_digits_classifier(seed=0, **overrides):
     config = {**DIGITS_MODEL, **overrides}
     variant = config.pop("variant")
     return ViTClassifier.from_variant(variant, num_classes=10, **config)
+
+
+# === Arguments checked before any work ===
+
+
+def check_training_arguments(epochs=None, batch_size=None, learning_rate=None, weight_decay=None):
+    """Refuse training arguments that would fail late or train nothing.
+
+    Args:
+        epochs: int or `None`. Must be a positive int.
+        batch_size: int or `None`. Must be a positive int.
+        learning_rate: float or `None`. Must be finite and > 0.
+        weight_decay: float or `None`. Must be finite and >= 0.
+
+    Raises:
+        ValueError: naming the argument and the value received.
+    """
+    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
+        if value is None:
+            continue
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    for name, value, low in (("learning_rate", learning_rate, "positive"), ("weight_decay", weight_decay, "zero")):
+        if value is None:
+            continue
+        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) or (
+            value <= 0 if low == "positive" else value < 0
+        ):
+            bound = "> 0" if low == "positive" else ">= 0"
+            raise ValueError(f"`{name}` must be a finite number {bound}. Received: {name}={value!r}")
+
+
+# === Checkpoints every epoch, resume when run again ===
+
+CHECKPOINT_WEIGHTS = "checkpoint.weights.h5"
+CHECKPOINT_STATE = "state.json"
+
+
+def _global_rng_state():
+    """The backend's global generator where Keras layers draw from it (torch: unseeded dropout).
+
+    Keras' `Dropout` without a seed takes torch's fast path, which draws from
+    torch's global generator instead of the layer's `SeedGenerator`; the
+    checkpoint keeps that generator's state so a resumed run drops the same
+    units. (JAX and TensorFlow draw from the layers' own seed states.)
+    """
+    if keras.backend.backend() != "torch":
+        return None
+    import torch  # optional integration: only on the torch backend
+
+    return torch.get_rng_state().tolist()
+
+
+def _set_global_rng_state(state):
+    if state is not None and keras.backend.backend() == "torch":
+        import torch
+
+        torch.set_rng_state(torch.tensor(state, dtype=torch.uint8))
+
+
+def _seed_states(model):
+    """The model's random-number states (dropout, drop path, corruption), not part of its weights."""
+    weights = {id(variable) for variable in model.weights}
+    return [variable for variable in model.variables if id(variable) not in weights]
+
+
+class EpochCheckpoint(keras.callbacks.Callback):
+    """Save everything a run needs to resume, atomically, after every epoch.
+
+    Like `keras.callbacks.BackupAndRestore`, the backup holds the weights
+    and the optimizer's state (moments, iteration count, gradient
+    accumulators) plus the number of epochs done; unlike it, it also holds
+    the random-number states of dropout and stochastic depth, it is written
+    as one directory swapped into place (a kill during the save leaves the
+    previous epoch's backup whole), and it records the run's settings so a
+    different command is not resumed by mistake.
+
+    Call `restore()` before `fit` and pass its result as `initial_epoch`.
+
+    Args:
+        directory: str. The backup directory (replaced every epoch).
+        settings: dict of JSON values describing the run (data, model,
+            recipe, seed); a backup made with other settings is refused.
+    """
+
+    def __init__(self, directory, settings=None):
+        super().__init__()
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.settings = json.loads(json.dumps(settings or {}, default=str))
+
+    def restore(self, model):
+        """Load the backup into `model` (compiled); return the epochs it had done (0 without one)."""
+        state_path = os.path.join(self.directory, CHECKPOINT_STATE)
+        if not os.path.exists(state_path):
+            return 0
+        with open(state_path) as file:
+            state = json.load(file)
+        if state.get("settings") != self.settings:
+            changed = sorted(key for key in set(state.get("settings", {})) | set(self.settings)
+                             if state.get("settings", {}).get(key) != self.settings.get(key))
+            raise ValueError(
+                f"{quote(self.directory)} holds the checkpoint of a run with other settings (changed: "
+                f"{', '.join(changed)}). Run the same command again to resume it, or delete that directory "
+                "(or choose another output) to start a new run."
+            )
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        model.load_weights(os.path.join(self.directory, CHECKPOINT_WEIGHTS))
+        seeds = _seed_states(model)
+        saved = state.get("seed_states", [])
+        if len(saved) == len(seeds):
+            for variable, value in zip(seeds, saved):
+                variable.assign(np.asarray(value, dtype=keras.backend.standardize_dtype(variable.dtype)))
+        # Set when the first epoch begins: `fit` itself draws from the global
+        # generator before that (building, creating the data iterator).
+        self._pending_global_rng = state.get("global_rng")
+        return int(state["epoch"])
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if getattr(self, "_pending_global_rng", None) is not None:
+            _set_global_rng_state(self._pending_global_rng)
+            self._pending_global_rng = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
+            return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
+        state = {
+            "epoch": epoch + 1,
+            "settings": self.settings,
+            "seed_states": [keras.ops.convert_to_numpy(v.value).tolist() for v in _seed_states(self.model)],
+            "global_rng": _global_rng_state(),
+            "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
+        }
+        with atomic_directory(self.directory) as staging:
+            self.model.save_weights(os.path.join(staging, CHECKPOINT_WEIGHTS))
+            with open(os.path.join(staging, CHECKPOINT_STATE), "w") as file:
+                json.dump(state, file)
+
+
+def _trim_log(path, epochs_done):
+    """Keep only the CSV log's rows of epochs the checkpoint holds (a kill may leave one more)."""
+    if not os.path.exists(path):
+        return
+    with open(path) as file:
+        rows = file.read().splitlines()
+    kept = rows[:1] + [row for row in rows[1:] if row and int(row.split(",", 1)[0]) < epochs_done]
+    with atomic_write(path, "w") as file:
+        file.write("".join(row + "\n" for row in kept))
+
+
+def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_data=None, callbacks=(),
+                  verbose=1):
+    """`model.fit` that checkpoints every epoch into `run_dir` and resumes from it.
+
+    With `run_dir`, the run directory holds `backup/` (an `EpochCheckpoint`)
+    and `log.csv` (`keras.callbacks.CSVLogger`, one row per epoch). Running
+    the same call again after a kill restores the weights, optimizer and
+    random states and continues at the next epoch; the backup is deleted
+    when training finishes (the log is kept). `TerminateOnNaN` stops a run
+    whose loss becomes NaN. Datasets with `set_epoch` (`ImageFolderDataset`,
+    `ArrayBatches`) are told each epoch, so the resumed batches equal the
+    uninterrupted run's.
+
+    Args:
+        model: a compiled `keras.Model`.
+        data: a `keras.utils.PyDataset` (or anything `fit` takes as `x`).
+        epochs: int. Total epochs of the run.
+        run_dir: str or `None`. Where to checkpoint; `None` trains without
+            checkpoints.
+        settings: dict. The run's settings, checked on resume.
+        validation_data: passed to `fit`.
+        callbacks: extra callbacks.
+        verbose: Keras progress-bar mode.
+
+    Returns:
+        `(history, initial_epoch)`.
+    """
+    from keras_vit.data.image_folder import EpochSync
+
+    all_callbacks = [EpochSync(data), keras.callbacks.TerminateOnNaN(), *callbacks]
+    initial_epoch = 0
+    if run_dir is not None:
+        os.makedirs(run_dir, exist_ok=True)
+        checkpoint = EpochCheckpoint(os.path.join(run_dir, "backup"), settings)
+        initial_epoch = checkpoint.restore(model)
+        log_path = os.path.join(run_dir, "log.csv")
+        if initial_epoch:
+            _trim_log(log_path, initial_epoch)
+            if verbose:
+                print(f"Resuming from the checkpoint in {quote(run_dir)}: {initial_epoch} of {epochs} epochs done.")
+        all_callbacks += [checkpoint, keras.callbacks.CSVLogger(log_path, append=initial_epoch > 0)]
+    # shuffle=False: the datasets shuffle themselves by (seed, epoch); Keras'
+    # own shuffling of batch order draws from Python's global `random`, whose
+    # state a checkpoint does not hold.
+    history = model.fit(data, validation_data=validation_data, epochs=epochs, initial_epoch=initial_epoch,
+                        callbacks=all_callbacks, shuffle=False, verbose=verbose)
+    if run_dir is not None and not model.stop_training:
+        shutil.rmtree(os.path.join(run_dir, "backup"), ignore_errors=True)
+    return history, initial_epoch
+
+
+def save_model(model, path):
+    """`model.save(path)` through a temporary name, so a kill leaves the old file or the new one."""
+    check_writable(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".keras", dir=directory)
+    os.close(handle)
+    try:
+        model.save(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def default_run_dir(output):
+    """The run directory beside an output path: `OUTPUT.run`."""
+    return None if output is None else os.path.abspath(os.fspath(output)).rstrip(os.sep) + ".run"

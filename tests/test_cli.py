@@ -63,3 +63,68 @@ def test_version_and_error_style(capsys):
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("keras-vit ")
     assert cli.main(["presets", "--with-head", "--backbones"]) == 2
     assert capsys.readouterr().err.startswith("keras-vit presets: error: ")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--epochs", "0"], "`epochs` must be a positive integer"),
+    (["--batch-size", "0"], "`batch_size` must be a positive integer"),
+    (["--learning-rate", "nan"], "`learning_rate` must be a finite number > 0"),
+    (["--save", "/nonexistent-dir/model.keras"], "does not exist. Create it first"),
+    (["--save", "model.h5"], "--save must name a .keras file"),
+])
+@pytest.mark.parametrize("command", ["train", "pretrain"])
+def test_training_commands_check_arguments_before_training(command, flags, message, capsys):
+    assert cli.main([command, *flags]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_train_resumes_from_its_checkpoint(tmp_path):
+    """Interrupted after its first epoch's checkpoint, a run continues to the uninterrupted run's weights."""
+    from keras_vit.data import load_digits_split
+    from keras_vit.training import build_digits_classifier, train_classifier
+
+    (x_train, y_train), test = load_digits_split(seed=0)
+    train = (x_train[:160], y_train[:160])
+    small = dict(num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)
+    settings = {"case": "resume"}
+
+    straight = build_digits_classifier(seed=0, **small)
+    train_classifier(straight, train, test, epochs=2, batch_size=32, seed=0, verbose=0,
+                     run_dir=str(tmp_path / "a"), settings=settings)
+
+    class Stop(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1:
+                raise KeyboardInterrupt
+
+    killed = build_digits_classifier(seed=0, **small)
+    run_dir = str(tmp_path / "b")
+    original = keras_vit.training.fit_resumable
+
+    def with_stop(*args, **kwargs):
+        kwargs["callbacks"] = [Stop()]
+        return original(*args, **kwargs)
+
+    keras_vit.training.fit_resumable = with_stop
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_classifier(killed, train, test, epochs=2, batch_size=32, seed=0, verbose=0, run_dir=run_dir,
+                             settings=settings)
+    finally:
+        keras_vit.training.fit_resumable = original
+    resumed = build_digits_classifier(seed=0, **small)  # a new process would build the model again
+    result = train_classifier(resumed, train, test, epochs=2, batch_size=32, seed=0, verbose=0, run_dir=run_dir,
+                              settings=settings)
+    assert result["initial_epoch"] == 1
+    for a, b in zip(straight.get_weights(), resumed.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_save_is_atomic(tmp_path):
+    from keras_vit.training import build_digits_classifier, save_model
+
+    path = str(tmp_path / "m.keras")
+    model = build_digits_classifier(seed=0, num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)
+    save_model(model, path)
+    assert os.listdir(tmp_path) == ["m.keras"]  # no temporary left behind
+    assert isinstance(keras.saving.load_model(path), keras_vit.ViTClassifier)

@@ -4,6 +4,15 @@ DEFAULT_SAVE = "mpp_digits.keras"
 
 
 def add_arguments(parser):
+    parser.add_argument(
+        "data_dir", nargs="?", default=None, metavar="DATA_DIR",
+        help="a folder of images (class subfolders or not; labels are ignored) instead of the digits; "
+        "with `keras-vit write-digits`-style folders, pass the train/ part",
+    )
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="input size of the backbone for DATA_DIR (default: 8, the digits model's)")
+    parser.add_argument("--channels", type=int, choices=(1, 3), default=1,
+                        help="channels the images of DATA_DIR are converted to (default: 1)")
     parser.add_argument("--epochs", type=int, default=60, help="passes over the unlabeled images (default: 60)")
     parser.add_argument("--batch-size", type=int, default=64, help="default: 64")
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="peak AdamW learning rate (default: 1e-3)")
@@ -23,34 +32,75 @@ def add_arguments(parser):
         help=f"write the pre-trained MaskedPatchPredictor here (default: {DEFAULT_SAVE}); "
         "fine-tune it with `keras-vit train --init-from PATH`",
     )
+    parser.add_argument(
+        "--run-dir", default=None,
+        help="checkpoint every epoch here and resume from it when the same command runs again (default: SAVE.run)",
+    )
+
+
+def _folder_images(args):
+    """Unlabeled training batches and held-out images from DATA_DIR (every file, labels dropped)."""
+    import os
+
+    import numpy as np
+
+    from keras_vit.data import AugmentPolicy, ImageFolderDataset, index_image_folder, load_image, stratified_split
+    from keras_vit.data.augment import center_crop
+
+    entries = [name for name in os.listdir(args.data_dir) if os.path.isdir(os.path.join(args.data_dir, name))]
+    if entries:
+        paths, labels, _ = index_image_folder(args.data_dir)
+    else:  # a flat folder of images: one "class"
+        parent, name = os.path.split(os.path.abspath(args.data_dir))
+        paths, labels, _ = index_image_folder(parent, class_names=[name])
+    image_size = args.image_size or 8
+    train_index, held_index = stratified_split(np.zeros(len(paths), "int32"), 0.1, seed=args.seed)
+    # Pre-training sees whole images (no crop or flip): the masked patch
+    # targets are the images' own colours.
+    train = ImageFolderDataset([paths[i] for i in train_index], None, image_size, num_channels=args.channels,
+                               batch_size=args.batch_size, training=True, augment=AugmentPolicy.none(),
+                               seed=args.seed)
+    held_out = np.stack([center_crop(load_image(paths[i], args.channels), (image_size, image_size))
+                         for i in held_index])
+    return train, held_out, image_size
 
 
 def run(args):
     import keras
 
+    from keras_vit.commands.train import check_arguments, run_settings
     from keras_vit.data import load_digits_split
     from keras_vit.pretraining import build_digits_predictor, pretrain_predictor
+    from keras_vit.training import default_run_dir, save_model
 
-    if not args.save.endswith(".keras"):
-        print(f"error: --save must end in .keras. Received: --save {args.save}")
-        return 2
-    # Only the training split's images, without labels: the held-out digits
-    # stay unseen for `keras-vit train --init-from`.
-    (x_train, _), (x_test, _) = load_digits_split(seed=args.seed)
+    check_arguments(args)
+    overrides = {}
+    if args.data_dir is not None:
+        train, held_out, image_size = _folder_images(args)
+        overrides = {"image_size": image_size, "num_channels": args.channels}
+        what = f"{len(train.paths)} unlabeled images of {args.data_dir}"
+    else:
+        # Only the training split's images, without labels: the held-out digits
+        # stay unseen for `keras-vit train --init-from`.
+        (train, _), (held_out, _) = load_digits_split(seed=args.seed)
+        what = f"{len(train)} unlabeled digits"
     predictor = build_digits_predictor(
         seed=args.seed, target=args.target, color_bits=args.color_bits, corruption_rate=args.corruption_rate,
-        mask_rate=args.mask_rate, random_rate=args.random_rate,
+        mask_rate=args.mask_rate, random_rate=args.random_rate, **overrides,
     )
     print(f"Backend: {keras.backend.backend()}; masked patch prediction ({args.target}) on "
-          f"{len(x_train)} unlabeled digits; backbone: {predictor.backbone.count_params():,} parameters.")
+          f"{what}; backbone: {predictor.backbone.count_params():,} parameters.")
     result = pretrain_predictor(
-        predictor, x_train, validation_images=x_test, epochs=args.epochs, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, seed=args.seed,
+        predictor, train, validation_images=held_out, epochs=args.epochs, batch_size=args.batch_size,
+        learning_rate=args.learning_rate, seed=args.seed, run_dir=args.run_dir or default_run_dir(args.save),
+        settings=run_settings(args, "command", "data_dir", "image_size", "channels", "epochs", "batch_size",
+                              "learning_rate", "seed", "target", "color_bits", "corruption_rate", "mask_rate",
+                              "random_rate"),
     )
     held_out = result["validation"]
     summary = ", ".join(f"{name} {value:.4f}" for name, value in held_out.items())
     print(f"Held-out masked patches: {summary} (trained in {result['seconds']:.0f} s)")
-    predictor.save(args.save)
+    save_model(predictor, args.save)
     print(f"Saved the pre-trained model to {args.save}; fine-tune it with "
           f"`keras-vit train --init-from {args.save}`")
     return 0

@@ -19,6 +19,11 @@ def add_arguments(parser):
     parser.add_argument("--image-size", type=int, default=None, help="input size; digits are resized to it")
     parser.add_argument("--save", default=None, help="write the trained model to this .keras file")
     parser.add_argument(
+        "--run-dir", default=None,
+        help="checkpoint every epoch here and resume from it when the same command runs again "
+        "(default: SAVE.run beside --save; without --save, no checkpoints)",
+    )
+    parser.add_argument(
         "--distribute", choices=("data", "model"), default=None,
         help="train on every device: 'data' copies the model to each (JAX keras.distribution, or "
         "TensorFlow MirroredStrategy; TPUStrategy when TPU_NAME is set), 'model' also splits the "
@@ -32,7 +37,30 @@ def add_arguments(parser):
     )
 
 
+def check_arguments(args):
+    """The checks every training command makes before any work: numbers, and the output path."""
+    from keras_vit.training import check_training_arguments
+
+    check_training_arguments(
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        weight_decay=getattr(args, "weight_decay", None),
+    )
+    save = getattr(args, "save", None)
+    if save is not None:
+        from keras_vit.utils import check_writable
+
+        if not save.endswith(".keras"):
+            raise ValueError(f"--save must name a .keras file. Received: --save {save}")
+        check_writable(save)
+
+
+def run_settings(args, *names):
+    """The arguments that define a run, recorded with its checkpoint so another command is not resumed."""
+    return {name: getattr(args, name, None) for name in names}
+
+
 def run(args):
+    check_arguments(args)
     if getattr(args, "distribute", None):
         from keras_vit.distribution import distribution_for_backend
 
@@ -75,7 +103,8 @@ def _run(args, distribution=None):
         if height != width or channels != 1 or (args.image_size and args.image_size != height):
             print(f"error: the pre-trained backbone takes {height}x{width}x{channels} images, but the "
                   f"digits are square and grayscale{f' at {args.image_size}' if args.image_size else ''}. "
-                  "Pre-train on digits with `keras-vit pretrain`.")
+                  "Pre-train on digits with `keras-vit pretrain`, or fine-tune on an image folder with "
+                  "`keras-vit finetune DATA_DIR --preset FILE.keras --image-size N`.")
             return 2
         image_size = height
     if image_size != 8:
@@ -108,15 +137,22 @@ def _run(args, distribution=None):
           f"{len(x_train)} training and {len(x_test)} held-out digits.")
     if distribution is not None:
         print(f"Distributed ({args.distribute} parallel): {_describe(distribution)}")
+    from keras_vit.training import default_run_dir, save_model
+
+    run_dir = getattr(args, "run_dir", None) or default_run_dir(args.save)
+    if run_dir is None:
+        print("No checkpoints: pass --save or --run-dir to resume after an interruption.")
     result = train_classifier(
         model, (x_train, y_train), (x_test, y_test),
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay, seed=args.seed,
+        weight_decay=args.weight_decay, seed=args.seed, run_dir=run_dir,
+        settings=run_settings(args, "command", "epochs", "batch_size", "learning_rate", "weight_decay", "seed",
+                              "variant", "image_size", "init_from"),
     )
     print(f"Held-out accuracy: {result['accuracy']:.2%} "
           f"(trained in {result['seconds']:.0f} s on {keras.backend.backend()})")
     if args.save:
-        model.save(args.save)
+        save_model(model, args.save)
         print(f"Saved the trained model to {args.save}")
     return 0
 

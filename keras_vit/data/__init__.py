@@ -1,3 +1,30 @@
-"""Datasets that ship inside packages, and preprocessing helpers."""
+"""Datasets: the embedded digits, class-per-subfolder image folders, augmentation.
 
-from keras_vit.data.digits import load_digits_split
+- `load_digits_split`, `write_digits_folder`: scikit-learn's digits as
+  arrays, or as a PNG folder for the image-folder path.
+- `image_folder_datasets`: training and validation `keras.utils.PyDataset`s
+  from a folder, on every backend (no TensorFlow needed).
+- `read_image_folder`: a small folder as arrays.
+- `check_labels`: integer labels in `[0, num_classes)`, checked before
+  training.
+- `AugmentPolicy`: random resized crop and flip (big_vision's fine-tuning),
+  and RandAugment / MixUp / CutMix from Keras' preprocessing layers.
+"""
+
+from keras_vit.data.augment import AugmentPolicy, center_crop, random_resized_crop
+from keras_vit.data.digits import load_digits_split, write_digits_folder
+from keras_vit.data.image_folder import (
+    DEFAULT_MAX_PIXELS,
+    IMAGE_EXTENSIONS,
+    ArrayBatches,
+    EpochSync,
+    ImageFileError,
+    ImageFolderDataset,
+    check_image_file,
+    check_labels,
+    image_folder_datasets,
+    index_image_folder,
+    load_image,
+    read_image_folder,
+    stratified_split,
+)

@@ -36,3 +36,50 @@ def load_digits_split(test_fraction=0.2, seed=0, pixel_range=255.0):
         images, labels, test_size=test_fraction, stratify=labels, random_state=seed
     )
     return (x_train, y_train), (x_test, y_test)
+
+
+def write_digits_folder(directory, test_fraction=0.2, seed=0):
+    """Write scikit-learn's digits as PNG files in class-per-subfolder folders.
+
+    The same stratified split as `load_digits_split(test_fraction, seed)`
+    goes to `directory/train/<digit>/*.png` and `directory/test/<digit>/*.png`
+    (8x8 grayscale), so the image-folder path (`keras-vit pretrain`,
+    `finetune`, `fewshot`) runs offline on data every install has. The
+    directory is written under a temporary name and renamed into place.
+
+    Args:
+        directory: str. Created, or replaced if it exists.
+        test_fraction: float. Defaults to `0.2`.
+        seed: int. Seed of the split. Defaults to `0`.
+
+    Returns:
+        `(train_dir, test_dir)`.
+
+    Example:
+
+    >>> train_dir, test_dir = keras_vit.data.write_digits_folder("digits_png")
+    """
+    import os
+
+    from PIL import Image
+
+    from keras_vit.utils import atomic_directory
+
+    (x_train, y_train), (x_test, y_test) = load_digits_split(test_fraction=test_fraction, seed=seed)
+    with atomic_directory(directory) as staging:
+        for part, images, labels in (("train", x_train, y_train), ("test", x_test, y_test)):
+            for label in range(10):
+                os.makedirs(os.path.join(staging, part, str(label)))
+            for index, (image, label) in enumerate(zip(images, labels)):
+                pixels = np.clip(np.rint(image[..., 0]), 0, 255).astype("uint8")
+                Image.fromarray(pixels, mode="L").save(os.path.join(staging, part, str(label), f"{index:04d}.png"))
+    return os.path.join(directory, "train"), os.path.join(directory, "test")
+
+
+if __name__ == "__main__":  # python -m keras_vit.data.digits DIR
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m keras_vit.data.digits OUTPUT_DIR  (writes OUTPUT_DIR/train and OUTPUT_DIR/test)")
+    for folder in write_digits_folder(sys.argv[1]):
+        print(f"wrote {folder}")

@@ -1,0 +1,78 @@
+"""`keras-vit finetune DATA_DIR`: fine-tune a ViT on a class-per-subfolder image folder."""
+
+
+def add_arguments(parser):
+    parser.add_argument("data_dir", metavar="DATA_DIR", help="a folder with one subfolder of images per class")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--preset",
+        help="pre-trained weights: a preset name (see `keras-vit presets`), hf://org/repo, a preset directory, "
+        "a converted checkpoint (.safetensors, .npz, Hugging Face directory) or a .keras file "
+        "(e.g. from `keras-vit pretrain`)",
+    )
+    source.add_argument("--variant", help="train this variant (e.g. 'ViT-S/16') from scratch instead")
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="fine-tuning resolution; position embeddings are resampled (default: the model's)")
+    parser.add_argument("--recipe", choices=("paper", "adamw"), default="paper",
+                        help="paper: SGD momentum 0.9, no weight decay, clipping at global norm 1, cosine decay "
+                        "with warm-up, batch 512 by gradient accumulation; adamw: AdamW, weight decay 0.05 "
+                        "(default: paper)")
+    parser.add_argument("--epochs", type=int, default=10, help="default: 10")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per step (default: 32)")
+    parser.add_argument("--effective-batch-size", type=int, default=None,
+                        help="images per update, by gradient accumulation (default: the recipe's, 512 for paper; "
+                        "0 turns accumulation off)")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="peak learning rate (default: the recipe's, 0.01 paper / 1e-3 adamw)")
+    parser.add_argument("--weight-decay", type=float, default=None, help="default: the recipe's (0 / 0.05)")
+    parser.add_argument("--validation-dir", default=None,
+                        help="held-out folder with the same class subfolders (default: a split of DATA_DIR)")
+    parser.add_argument("--validation-split", type=float, default=0.2,
+                        help="share of each class held out when there is no --validation-dir (default: 0.2)")
+    parser.add_argument("--randaugment", action="store_true", help="add Keras' RandAugment (2 ops)")
+    parser.add_argument("--mixup", type=float, default=0.0, help="MixUp alpha; 0 is off (default: 0)")
+    parser.add_argument("--cutmix", type=float, default=0.0, help="CutMix factor; 0 is off (default: 0)")
+    parser.add_argument("--no-crop", action="store_true",
+                        help="no random resized crop (resize and centre-crop training images too)")
+    parser.add_argument("--no-flip", action="store_true", help="no random horizontal flip")
+    parser.add_argument("--skip-bad-files", action="store_true",
+                        help="log and leave out unreadable, empty or oversized images instead of stopping")
+    parser.add_argument("--output", default=None,
+                        help="write the fine-tuned model here as a preset with the class names "
+                        "(`keras-vit predict IMAGE --preset OUTPUT`)")
+    parser.add_argument("--run-dir", default=None,
+                        help="checkpoint every epoch here and resume when the same command runs again "
+                        "(default: OUTPUT.run beside --output)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split, head and augmentation (default: 0)")
+    parser.add_argument("--workers", type=int, default=2, help="image-decoding threads (default: 2)")
+
+
+def run(args):
+    from keras_vit.data import AugmentPolicy
+    from keras_vit.finetuning import finetune
+
+    augment = AugmentPolicy(crop=not args.no_crop, flip=not args.no_flip, randaugment=args.randaugment,
+                            mixup=args.mixup, cutmix=args.cutmix)
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1. Received: --workers {args.workers}")
+    if not 0.0 < args.validation_split < 1.0 and args.validation_dir is None:
+        raise ValueError(f"--validation-split must be in (0, 1). Received: --validation-split {args.validation_split}")
+    effective = "recipe" if args.effective_batch_size is None else (args.effective_batch_size or None)
+    if args.output is None:
+        print("No --output: the fine-tuned model will not be saved, and no checkpoints are written.")
+    result = finetune(
+        args.data_dir, preset=args.preset, variant=args.variant, image_size=args.image_size, recipe=args.recipe,
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        weight_decay=args.weight_decay, effective_batch_size=effective, validation_dir=args.validation_dir,
+        validation_split=args.validation_split, augment=augment, output=args.output,
+        run_dir=args.run_dir or "auto", seed=args.seed, on_bad_file="skip" if args.skip_bad_files else "error",
+        workers=args.workers,
+    )
+    if result["accuracy"] is not None:
+        print(f"Held-out accuracy: {result['accuracy']:.2%} (loss {result['loss']:.4f}; "
+              f"trained in {result['seconds']:.0f} s)")
+    if args.output:
+        print(f"Saved the fine-tuned model with its {len(result['class_names'])} class names to {args.output}; "
+              f"classify with `keras-vit predict IMAGE --preset {args.output}`. Epoch log: "
+              f"{result['run_dir']}/log.csv")
+    return 0

@@ -1,0 +1,501 @@
+"""Class-per-subfolder image datasets that feed `model.fit` on every backend.
+
+```
+photos/
+  cat/  a.jpg b.png ...
+  dog/  c.jpg ...
+```
+
+`image_folder_datasets("photos", image_size=224)` returns a training and a
+validation `keras.utils.PyDataset`. `PyDataset` is Keras' own loader for
+Python data: `fit`, `evaluate` and `predict` take it on TensorFlow, JAX and
+PyTorch alike, it prefetches batches in worker threads, and it needs neither
+TensorFlow nor grain. Images are decoded with Pillow (the decoder Keras'
+own `image_dataset_from_directory(format="grain")` uses); this module adds
+only the glue that loader lacks:
+
+- every file is checked before training starts (unreadable, empty, not an
+  image, or more pixels than `max_pixels`, a guard against decompression
+  bombs): a clear error naming the file, or a logged skip;
+- the random resized crop is taken from the full decoded image (as
+  big_vision's `inception_crop`), not from a copy already shrunk to the
+  model's size;
+- batch order and augmentation depend only on `(seed, epoch, batch)`, so a
+  run resumed after a kill sees exactly the batches the killed run would
+  have seen.
+"""
+
+import logging
+import math
+import os
+
+import keras
+import numpy as np
+
+from keras_vit.data.augment import AugmentPolicy, center_crop, random_resized_crop
+from keras_vit.utils.files import quote
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# Pillow's own default limit (about 89.5 megapixels, 0.25 GB of RGB): larger
+# files are refused before they are decoded.
+DEFAULT_MAX_PIXELS = 89_478_485
+
+logger = logging.getLogger("keras_vit.data")
+
+
+def _pil():
+    try:
+        from PIL import Image
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "Image folders are decoded with Pillow: `pip install pillow` (or `pip install "keras3-vit[data]"`)."
+        ) from error
+    return Image
+
+
+class ImageFileError(ValueError):
+    """An image file that cannot be used; the message names the file."""
+
+
+def check_image_file(path, max_pixels=DEFAULT_MAX_PIXELS):
+    """Read an image's header and check it can be decoded safely.
+
+    Args:
+        path: str. The image file.
+        max_pixels: int. Largest `width * height` accepted. Defaults to
+            `DEFAULT_MAX_PIXELS` (Pillow's default limit).
+
+    Returns:
+        `(width, height)`.
+
+    Raises:
+        ImageFileError: the file is empty, not an image Pillow can read, or
+            larger than `max_pixels`.
+    """
+    Image = _pil()
+    if os.path.getsize(path) == 0:
+        raise ImageFileError(f"{quote(path)} is empty (0 bytes). Delete it or replace it with the image.")
+    try:
+        # Opening reads only the header; the limit is ours, so Pillow's own
+        # warning/error on large images is turned off for this call.
+        with Image.open(path) as image:
+            size = image.size
+    except Image.DecompressionBombError as error:  # pragma: no cover - our check comes first in practice
+        raise ImageFileError(f"{quote(path)} is too large to decode safely: {error}") from error
+    except Exception as error:
+        raise ImageFileError(
+            f"{quote(path)} is not an image Pillow can read ({type(error).__name__}: {error}). "
+            "Delete or convert it (JPEG, PNG, BMP or GIF)."
+        ) from error
+    if size[0] * size[1] > max_pixels:
+        raise ImageFileError(
+            f"{quote(path)} has {size[0]}x{size[1]} = {size[0] * size[1]:,} pixels, more than the limit of "
+            f"{max_pixels:,} (a guard against decompression bombs). Shrink the image, or raise `max_pixels` "
+            "if you trust the file."
+        )
+    if size[0] == 0 or size[1] == 0:
+        raise ImageFileError(f"{quote(path)} has no pixels ({size[0]}x{size[1]}).")
+    return size
+
+
+def index_image_folder(directory, class_names=None, on_bad_file="error", max_pixels=DEFAULT_MAX_PIXELS):
+    """List the images of a class-per-subfolder directory, checking each file.
+
+    Args:
+        directory: str. A folder with one subfolder per class.
+        class_names: list of str or `None`. Subfolders to use, in label
+            order. Defaults to every subfolder, sorted by name.
+        on_bad_file: str. `"error"` raises on the first unusable file;
+            `"skip"` logs a warning per file and leaves it out. Defaults to
+            `"error"`.
+        max_pixels: int. See `check_image_file`.
+
+    Returns:
+        `(paths, labels, class_names)`: a list of file paths, an int32 array
+        of labels in `[0, len(class_names))`, and the class names.
+
+    Raises:
+        ValueError: the directory is missing, has no class subfolders, a
+            class has no image, or (with `on_bad_file="error"`) a file is
+            unusable.
+    """
+    if on_bad_file not in ("error", "skip"):
+        raise ValueError(f"`on_bad_file` must be 'error' or 'skip'. Received: on_bad_file={on_bad_file!r}")
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise ValueError(f"No such image folder: {quote(directory)}. Give a directory with one subfolder per class.")
+    found = sorted(name for name in os.listdir(directory)
+                   if os.path.isdir(os.path.join(directory, name)) and not name.startswith("."))
+    if class_names is None:
+        class_names = found
+        if not class_names:
+            raise ValueError(
+                f"{quote(directory)} has no class subfolders. Put the images of each class in a subfolder "
+                "named after the class, e.g. photos/cat/1.jpg, photos/dog/2.jpg."
+            )
+    else:
+        class_names = [str(name) for name in class_names]
+        missing = [name for name in class_names if name not in found]
+        if missing:
+            raise ValueError(f"{quote(directory)} has no subfolder for the classes {missing}. Found: {found}")
+    paths, labels = [], []
+    for label, name in enumerate(class_names):
+        class_dir = os.path.join(directory, name)
+        count = 0
+        for root, dirs, files in os.walk(class_dir):
+            dirs.sort()
+            for file in sorted(files):
+                if file.startswith(".") or not file.lower().endswith(IMAGE_EXTENSIONS):
+                    continue
+                path = os.path.join(root, file)
+                try:
+                    check_image_file(path, max_pixels=max_pixels)
+                except ImageFileError as error:
+                    if on_bad_file == "error":
+                        raise ImageFileError(f"{error} (Pass on_bad_file='skip' / --skip-bad-files to leave "
+                                             "such files out.)") from None
+                    logger.warning("Skipping %s", error)
+                    continue
+                paths.append(path)
+                labels.append(label)
+                count += 1
+        if count == 0:
+            raise ValueError(
+                f"The class folder {quote(class_dir)} has no usable image ({', '.join(IMAGE_EXTENSIONS)}). "
+                "Add images or remove the folder."
+            )
+    return paths, np.asarray(labels, dtype="int32"), list(class_names)
+
+
+def load_image(path, num_channels):
+    """Decode one image to a float32 `(height, width, num_channels)` array in [0, 255].
+
+    Grayscale, palette and RGBA images are converted to `num_channels`
+    (1: luminance, 3: RGB with alpha dropped); animated GIFs give their
+    first frame.
+
+    Raises:
+        ImageFileError: the file cannot be decoded (e.g. truncated), named.
+    """
+    Image = _pil()
+    mode = {1: "L", 3: "RGB"}.get(num_channels)
+    if mode is None:
+        raise ValueError(f"Images are converted to 1 (grayscale) or 3 (RGB) channels. Received: {num_channels}")
+    try:
+        with Image.open(path) as image:
+            if image.mode in ("RGBA", "LA", "P") and mode == "RGB":
+                # Alpha over white, like a browser shows it, rather than
+                # over whatever colour transparent pixels happen to hold.
+                rgba = image.convert("RGBA")
+                background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+                image = Image.alpha_composite(background, rgba)
+            array = np.asarray(image.convert(mode), dtype="float32")
+    except Exception as error:
+        raise ImageFileError(
+            f"Cannot decode {quote(path)} ({type(error).__name__}: {error}). The file may be truncated; "
+            "delete or replace it."
+        ) from error
+    if array.ndim == 2:
+        array = array[..., None]
+    return array
+
+
+def check_labels(labels, num_classes):
+    """Check integer class labels before training on them.
+
+    Args:
+        labels: array-like of labels.
+        num_classes: int. Number of classes of the model's head.
+
+    Returns:
+        The labels as an int32 numpy array.
+
+    Raises:
+        ValueError: labels are not integers, not 1-D, or outside
+            `[0, num_classes)`; the message names the offending value.
+
+    Example:
+
+    >>> keras_vit.data.check_labels([0, 2, 1], num_classes=3)
+    array([0, 2, 1], dtype=int32)
+    """
+    array = np.asarray(labels)
+    if array.ndim != 1:
+        raise ValueError(f"Labels must be a 1-D array of class indices. Received shape {array.shape}.")
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        if np.issubdtype(array.dtype, np.floating) and np.all(np.isfinite(array)) and np.all(array == np.round(array)):
+            array = array.astype("int64")
+        else:
+            raise ValueError(
+                f"Labels must be integer class indices, not {array.dtype} values (one-hot or probabilities?). "
+                "Pass class indices in [0, num_classes)."
+            )
+    if array.size:
+        low, high = int(array.min()), int(array.max())
+        if low < 0 or high >= num_classes:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"Labels must be in [0, {num_classes}) for a {num_classes}-class model. Received a label {bad}."
+            )
+    return array.astype("int32")
+
+
+def stratified_split(labels, validation_split, seed=0):
+    """Indices of a per-class random split, the same for the same seed.
+
+    Every class with at least two images keeps at least one in each part.
+
+    Returns:
+        `(train_indices, validation_indices)`, sorted int arrays.
+    """
+    if not 0.0 < validation_split < 1.0:
+        raise ValueError(f"`validation_split` must be in (0, 1). Received: validation_split={validation_split}")
+    rng = np.random.default_rng(seed)
+    train, validation = [], []
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        count = int(round(len(members) * validation_split))
+        if len(members) >= 2:
+            count = min(max(count, 1), len(members) - 1)
+        validation.extend(members[:count])
+        train.extend(members[count:])
+    return np.sort(np.asarray(train, dtype="int64")), np.sort(np.asarray(validation, dtype="int64"))
+
+
+class ImageFolderDataset(keras.utils.PyDataset):
+    """Batches of `(images, labels)` read from files, for `fit` on any backend.
+
+    Batch `b` of epoch `e` depends only on `(seed, e, b)`: the file order
+    is a permutation drawn from `(seed, e)` and each batch's augmentation
+    from `(seed, e, b)`. `set_epoch` (called by `EpochSync` at the start of
+    every epoch) selects the epoch, so a resumed run repeats exactly the
+    batches of an uninterrupted one.
+
+    Args:
+        paths: list of str. Image files.
+        labels: int array or `None` (images only, e.g. for pre-training).
+        image_size: int or `(height, width)`. Output size.
+        num_channels: int. 1 or 3; images are converted.
+        batch_size: int. Defaults to `32`.
+        training: bool. Shuffle and augment (random resized crop, flip and
+            the `augment` policy's options); otherwise resize the shorter
+            side and crop the centre, in file order. Defaults to `False`.
+        augment: `AugmentPolicy` or `None`. Training augmentation. Defaults
+            to `AugmentPolicy()`.
+        num_classes: int or `None`. Needed when the policy mixes labels
+            (MixUp / CutMix): labels are then one-hot.
+        seed: int. Defaults to `0`.
+        class_names: list of str or `None`. Kept as `.class_names`.
+        workers, use_multiprocessing, max_queue_size: see
+            `keras.utils.PyDataset`. `workers` threads decode in parallel
+            (Pillow releases the GIL) and prefetch up to `max_queue_size`
+            batches. Defaults to `2`, `False`, `8`.
+    """
+
+    def __init__(self, paths, labels, image_size, num_channels=3, batch_size=32, training=False, augment=None,
+                 num_classes=None, seed=0, class_names=None, workers=2, use_multiprocessing=False,
+                 max_queue_size=8):
+        super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}")
+        if not paths:
+            raise ValueError("An ImageFolderDataset needs at least one image.")
+        from keras_vit.utils import to_pair
+
+        self.paths = list(paths)
+        self.labels = None if labels is None else np.asarray(labels, dtype="int32")
+        self.image_size = to_pair(image_size, "image_size")
+        self.num_channels = num_channels
+        self.batch_size = batch_size
+        self.training = training
+        self.augment = (augment or AugmentPolicy()) if training else None
+        self.num_classes = num_classes
+        self.seed = int(seed)
+        self.class_names = class_names
+        self.epoch = 0
+        if self.augment is not None and self.augment.mixes_labels and self.labels is not None and not num_classes:
+            raise ValueError("MixUp / CutMix need `num_classes` to make one-hot labels.")
+
+    def __len__(self):
+        return math.ceil(len(self.paths) / self.batch_size)
+
+    def set_epoch(self, epoch):
+        """Select the epoch whose order and augmentation the batches follow."""
+        self.epoch = int(epoch)
+
+    def order(self, epoch=None):
+        """The file indices in the order epoch `epoch` reads them."""
+        if not self.training:
+            return np.arange(len(self.paths))
+        epoch = self.epoch if epoch is None else epoch
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.paths))
+
+    def __getitem__(self, index):
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} of {len(self)}")
+        epoch = self.epoch
+        chosen = self.order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+        rng = np.random.default_rng([self.seed, epoch, index, 1]) if self.training else None
+        images = np.empty((len(chosen),) + self.image_size + (self.num_channels,), dtype="float32")
+        for row, file_index in enumerate(chosen):
+            image = load_image(self.paths[file_index], self.num_channels)
+            if self.training and self.augment.crop:
+                image = random_resized_crop(image, self.image_size, rng, scale=self.augment.crop_scale,
+                                            ratio=self.augment.crop_ratio)
+            else:
+                image = center_crop(image, self.image_size)
+            if self.training and self.augment.flip and rng.random() < 0.5:
+                image = image[:, ::-1]
+            images[row] = image
+        if self.labels is None:
+            if self.training:
+                images = self.augment.apply_layers(images, None, self.num_classes, [self.seed, epoch, index])[0]
+            return images
+        labels = self.labels[chosen]
+        if self.augment is not None and self.augment.mixes_labels:
+            labels = np.eye(self.num_classes, dtype="float32")[labels]
+        if self.training:
+            images, labels = self.augment.apply_layers(images, labels, self.num_classes, [self.seed, epoch, index])
+        return images, labels
+
+
+class EpochSync(keras.callbacks.Callback):
+    """Tell `ImageFolderDataset`s (or any object with `set_epoch`) the epoch `fit` starts.
+
+    `fit` calls callbacks' `on_epoch_begin` before it starts reading the
+    epoch's batches, so the prefetching workers read the right order.
+    """
+
+    def __init__(self, *datasets):
+        super().__init__()
+        self.datasets = [dataset for dataset in datasets if hasattr(dataset, "set_epoch")]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        for dataset in self.datasets:
+            dataset.set_epoch(epoch)
+
+
+class ArrayBatches(keras.utils.PyDataset):
+    """In-memory arrays in batches whose order depends only on `(seed, epoch)`.
+
+    The resumable counterpart of `fit(x, y, shuffle=True)` (whose shuffling
+    state is not part of a checkpoint), used by `keras-vit train` and
+    `keras-vit pretrain`.
+
+    Args:
+        x: array. Inputs.
+        y: array or `None`. Targets.
+        batch_size: int.
+        seed: int. Defaults to `0`.
+        shuffle: bool. Defaults to `True`.
+    """
+
+    def __init__(self, x, y=None, batch_size=32, seed=0, shuffle=True):
+        super().__init__()
+        self.x, self.y = x, y
+        self.batch_size, self.seed, self.shuffle = batch_size, int(seed), shuffle
+        self.epoch = 0
+
+    def __len__(self):
+        return math.ceil(len(self.x) / self.batch_size)
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+
+    def __getitem__(self, index):
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} of {len(self)}")
+        order = (np.random.default_rng([self.seed, self.epoch]).permutation(len(self.x)) if self.shuffle
+                 else np.arange(len(self.x)))
+        chosen = order[index * self.batch_size:(index + 1) * self.batch_size]
+        if self.y is None:
+            return self.x[chosen]
+        return self.x[chosen], self.y[chosen]
+
+
+def image_folder_datasets(directory, image_size, num_channels=3, batch_size=32, validation_split=0.2,
+                          validation_dir=None, seed=0, augment=None, class_names=None, on_bad_file="error",
+                          max_pixels=DEFAULT_MAX_PIXELS, workers=2):
+    """A training and a validation dataset from a class-per-subfolder image folder.
+
+    Args:
+        directory: str. One subfolder per class (JPEG, PNG, BMP, GIF).
+        image_size: int or `(height, width)`. The model's input size; any
+            image size is read and brought to it.
+        num_channels: int. The model's channels (1 or 3); grayscale, RGBA
+            and palette images are converted. Defaults to `3`.
+        batch_size: int. Defaults to `32`.
+        validation_split: float. Share of each class held out (by `seed`)
+            when `validation_dir` is not given. `0` gives no validation
+            set. Defaults to `0.2`.
+        validation_dir: str or `None`. A separate folder with the same class
+            subfolders, used as the validation set instead of a split.
+        seed: int. Seeds the split, the order and the augmentation.
+            Defaults to `0`.
+        augment: `AugmentPolicy` or `None`. Training augmentation. Defaults
+            to `AugmentPolicy()` (random resized crop and flip).
+        class_names: list of str or `None`. See `index_image_folder`.
+        on_bad_file: `"error"` or `"skip"`. See `index_image_folder`.
+        max_pixels: int. See `check_image_file`.
+        workers: int. Decoding threads per dataset. Defaults to `2`.
+
+    Returns:
+        `(train, validation)`: `ImageFolderDataset`s (`validation` is `None`
+        without a validation set), each with `.class_names`.
+
+    Example:
+
+    >>> train, validation = keras_vit.data.image_folder_datasets("photos", image_size=224)
+    >>> model.fit(train, validation_data=validation, epochs=5)
+    """
+    paths, labels, class_names = index_image_folder(directory, class_names, on_bad_file, max_pixels)
+    augment = augment or AugmentPolicy()
+    common = dict(image_size=image_size, num_channels=num_channels, batch_size=batch_size,
+                  num_classes=len(class_names), seed=seed, class_names=class_names, workers=workers)
+    if validation_dir is not None:
+        val_paths, val_labels, _ = index_image_folder(validation_dir, class_names, on_bad_file, max_pixels)
+        train_paths, train_labels = paths, labels
+    elif validation_split:
+        train_index, val_index = stratified_split(labels, validation_split, seed)
+        train_paths, train_labels = [paths[i] for i in train_index], labels[train_index]
+        val_paths, val_labels = [paths[i] for i in val_index], labels[val_index]
+    else:
+        train_paths, train_labels, val_paths, val_labels = paths, labels, [], None
+    train = ImageFolderDataset(train_paths, train_labels, training=True, augment=augment, **common)
+    validation = None
+    if val_paths:
+        # The validation set's labels are one-hot too when training mixes labels,
+        # so one loss and one accuracy serve both.
+        validation = _EvalDataset(val_paths, val_labels, one_hot=augment.mixes_labels, **common)
+    return train, validation
+
+
+class _EvalDataset(ImageFolderDataset):
+    def __init__(self, paths, labels, one_hot=False, **kwargs):
+        super().__init__(paths, labels, training=False, **kwargs)
+        self.one_hot = one_hot
+
+    def __getitem__(self, index):
+        images, labels = super().__getitem__(index)
+        if self.one_hot:
+            labels = np.eye(self.num_classes, dtype="float32")[labels]
+        return images, labels
+
+
+def read_image_folder(directory, image_size, num_channels=3, class_names=None, on_bad_file="error",
+                      max_pixels=DEFAULT_MAX_PIXELS):
+    """Every image of a class-per-subfolder folder as arrays (resized, centre-cropped).
+
+    For small folders (few-shot evaluation, tests); use
+    `image_folder_datasets` to train.
+
+    Returns:
+        `(images, labels, class_names)`: float32 `(n, h, w, c)` in [0, 255],
+        int32 labels, and the class names.
+    """
+    paths, labels, class_names = index_image_folder(directory, class_names, on_bad_file, max_pixels)
+    from keras_vit.utils import to_pair
+
+    size = to_pair(image_size, "image_size")
+    images = np.stack([center_crop(load_image(path, num_channels), size) for path in paths])
+    return images, labels, class_names

@@ -1,0 +1,110 @@
+"""keras_vit.finetune and `keras-vit finetune`: checks before work, recipes, the written preset."""
+
+import math
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import cli
+from keras_vit.finetuning import build_recipe_optimizer
+from tests.finetune.helpers import tiny_backbone_file, write_folder
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return write_folder(str(tmp_path / "photos"), classes=3, per_class=6)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"epochs": 0}, "`epochs` must be a positive integer"),
+    ({"batch_size": 0}, "`batch_size` must be a positive integer"),
+    ({"learning_rate": float("nan")}, "`learning_rate` must be a finite number > 0"),
+    ({"recipe": "lamb"}, "Unknown recipe 'lamb'"),
+])
+def test_arguments_are_checked_before_any_work(folder, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.finetune(folder, variant="ViT-Ti/16", **kwargs)
+
+
+def test_paths_are_checked_before_any_work(folder, tmp_path):
+    with pytest.raises(ValueError, match="No such image folder"):
+        keras_vit.finetune(str(tmp_path / "missing"), variant="ViT-Ti/16")
+    with pytest.raises(ValueError, match="does not exist. Create it first"):
+        keras_vit.finetune(folder, variant="ViT-Ti/16", output=str(tmp_path / "no" / "such" / "dir"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        keras_vit.finetune(folder, variant="ViT-Ti/16", output=str(tmp_path / "file"))
+    with pytest.raises(ValueError, match="not a keras_vit preset"):
+        keras_vit.finetune(folder, variant="ViT-Ti/16", output=folder)
+
+
+def test_paper_recipe_is_sgd_with_clipping_and_accumulation_to_512():
+    optimizer, accumulation = build_recipe_optimizer("paper", total_steps=100, batch_size=8)
+    assert isinstance(optimizer, keras.optimizers.SGD) and accumulation == 64
+    config = optimizer.get_config()
+    assert config["momentum"] == 0.9 and config["global_clipnorm"] == 1.0
+    assert config["weight_decay"] is None and config["gradient_accumulation_steps"] == 64
+    schedule = keras.optimizers.schedules.deserialize(config["learning_rate"])
+    assert schedule.warmup_steps == 5  # linear warm-up over the first 5% of the updates
+    assert float(schedule(0)) == 0.0 and math.isclose(float(schedule(schedule.warmup_steps)), 0.01, rel_tol=1e-6)
+    assert float(schedule(100)) < 1e-6  # cosine decays to zero at the end
+    adamw, accumulation = build_recipe_optimizer("adamw", total_steps=10, batch_size=8)
+    assert isinstance(adamw, keras.optimizers.AdamW) and accumulation == 1
+    assert adamw.get_config()["weight_decay"] == 0.05
+    _, accumulation = build_recipe_optimizer("paper", total_steps=10, batch_size=8, effective_batch_size=None)
+    assert accumulation == 1
+
+
+@pytest.mark.slow
+def test_finetune_at_a_higher_resolution_writes_a_preset_with_class_names(folder, tmp_path):
+    source = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8)
+    output = str(tmp_path / "mine")
+    result = keras_vit.finetune(folder, preset=source, image_size=16, epochs=2, batch_size=4, recipe="paper",
+                                effective_batch_size=8, output=output, verbose=0, workers=1)
+    assert result["class_names"] == ["class_0", "class_1", "class_2"]
+    assert 0.0 <= result["accuracy"] <= 1.0 and result["accumulation_steps"] == 2
+    model = keras_vit.ViTClassifier.from_preset(output)
+    assert tuple(model.backbone.image_size) == (16, 16) and model.num_classes == 3
+    assert list(model.class_names) == ["class_0", "class_1", "class_2"]
+    with open(os.path.join(output + ".run", "log.csv")) as file:
+        assert len(file.read().splitlines()) == 3  # header + one row per epoch
+    # The head is the paper's new zero-initialised layer: before any step, every class is equally likely.
+    fresh = keras_vit.finetuning.load_for_finetuning(3, preset=source, image_size=16)
+    probabilities = np.asarray(fresh.predict(np.zeros((1, 16, 16, 3)), verbose=0))
+    np.testing.assert_allclose(probabilities, 1 / 3, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_finetune_command_with_mixup(folder, tmp_path, capsys):
+    source = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8)
+    output = str(tmp_path / "out")
+    code = cli.main(["finetune", folder, "--preset", source, "--epochs", "1", "--batch-size", "4", "--recipe",
+                     "adamw", "--mixup", "0.2", "--cutmix", "1.0", "--output", output, "--workers", "1"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "Held-out accuracy:" in out and "3 class names" in out
+    assert os.path.exists(os.path.join(output, "config.json"))
+
+
+def test_a_backup_from_other_settings_is_not_resumed(tmp_path):
+    from keras_vit.training import EpochCheckpoint
+
+    model = keras_vit.ViTClassifier.from_variant("ViT-Ti/16", image_size=8, patch_size=4, hidden_dim=16,
+                                                 num_layers=1, num_heads=2, mlp_dim=16, num_classes=2)
+    model.compile(optimizer="adamw")
+    model.optimizer.build(model.trainable_variables)  # as after a first training step
+    backup = str(tmp_path / "backup")
+    checkpoint = EpochCheckpoint(backup, {"epochs": 2, "seed": 0})
+    checkpoint.set_model(model)
+    checkpoint.on_epoch_end(0, {"loss": 1.0})
+    assert sorted(os.listdir(backup)) == ["checkpoint.weights.h5", "state.json"]
+    assert EpochCheckpoint(backup, {"epochs": 2, "seed": 0}).restore(model) == 1
+    with pytest.raises(ValueError, match="other settings.*changed: epochs"):
+        EpochCheckpoint(backup, {"epochs": 3, "seed": 0}).restore(model)
+    # A diverged epoch (TerminateOnNaN) does not replace the last good backup.
+    model.stop_training = True
+    checkpoint.on_epoch_end(1, {"loss": float("nan")})
+    assert EpochCheckpoint(backup, {"epochs": 2, "seed": 0}).restore(model) == 1
