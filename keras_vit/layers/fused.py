@@ -124,6 +124,72 @@ def qkv_attention(qkv, num_heads, scale):
     return ops.reshape(context, (-1, tokens, hidden_dim))
 
 
+def conv2d(inputs, kernel, strides=1):
+    """A 2-D convolution of channels-last images, "valid" padding.
+
+    Reference formula: `ops.conv(inputs, kernel, strides, padding="valid")`.
+
+    On torch, Keras copies every input to channels-first and back to
+    channels-last memory before each convolution (two copies of the
+    activations). Here the channels-last tensor is handed to torch as what
+    it already is, an NCHW tensor in `channels_last` memory format (a
+    permuted view, no copy); oneDNN convolves it in that layout and the
+    output comes back as a view too.
+
+    Args:
+        inputs: tensor of shape `(batch, height, width, in_channels)`.
+        kernel: tensor of shape `(kh, kw, in_channels, out_channels)`.
+        strides: int or pair of ints.
+
+    Returns:
+        A tensor of shape `(batch, out_height, out_width, out_channels)`.
+    """
+    if _is_torch():
+        import torch
+
+        strides = (strides, strides) if isinstance(strides, int) else tuple(strides)
+        x = ops.convert_to_tensor(inputs).permute(0, 3, 1, 2)  # (B, C, H, W) view of channels-last memory
+        x = x.contiguous(memory_format=torch.channels_last)  # a no-op unless `inputs` was not contiguous
+        w = ops.convert_to_tensor(kernel).permute(3, 2, 0, 1)  # (out, in, kh, kw)
+        w = w.contiguous(memory_format=torch.channels_last)
+        return torch.nn.functional.conv2d(x, w, stride=strides).permute(0, 2, 3, 1)  # (B, H', W', C')
+    return ops.conv(inputs, kernel, strides=strides, padding="valid")
+
+
+def group_norm(layer, inputs):
+    """Apply a built `keras.layers.GroupNormalization` (channels-last) in one kernel on torch.
+
+    Reference formula: the layer itself, `layer(inputs)`: statistics in
+    float32 over each group of channels and all positions,
+    `(x - mean) / sqrt(var + epsilon) * gamma + beta`, cast back to the
+    layer's compute dtype.
+
+    On torch this is `torch.nn.functional.group_norm` on the
+    channels-first view of the channels-last tensor (no copy), in float32,
+    with the layer's own `gamma` and `beta`, so the weights stay the
+    layer's.
+
+    Args:
+        layer: a built `keras.layers.GroupNormalization` over the last axis.
+        inputs: tensor of shape `(batch, ..., channels)`.
+
+    Returns:
+        `layer(inputs)`.
+    """
+    if not _is_torch() or layer.axis not in (-1, len(inputs.shape) - 1):
+        return layer(inputs)
+    import torch
+
+    x = ops.convert_to_tensor(inputs)
+    dims = x.ndim
+    channels_first = x.permute(0, dims - 1, *range(1, dims - 1)).float()
+    gamma = ops.convert_to_tensor(ops.cast(layer.gamma, "float32")) if layer.scale else None
+    beta = ops.convert_to_tensor(ops.cast(layer.beta, "float32")) if layer.center else None
+    outputs = torch.nn.functional.group_norm(channels_first, layer.groups, gamma, beta, layer.epsilon)
+    outputs = outputs.permute(0, *range(2, dims), 1)
+    return ops.cast(outputs, layer.compute_dtype)
+
+
 def has_fused_adam(variables, grads):
     """Whether `adam_update` runs a fused kernel for these variables.
 

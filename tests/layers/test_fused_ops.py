@@ -164,3 +164,41 @@ def test_has_fused_adam_only_on_torch_and_one_dtype():
     c = keras.Variable(np.zeros((2,), "float16"))
     assert not fused.has_fused_adam([a, c], [grads[0], ops.zeros((2,), "float16")])
     assert not fused.has_fused_adam([], [])
+
+
+def _conv_numpy(x, kernel, stride):
+    kh, kw = kernel.shape[:2]
+    batch, height, width, _ = x.shape
+    out_h, out_w = (height - kh) // stride + 1, (width - kw) // stride + 1
+    out = np.zeros((batch, out_h, out_w, kernel.shape[-1]))
+    for i in range(out_h):
+        for j in range(out_w):
+            window = x[:, i * stride:i * stride + kh, j * stride:j * stride + kw, :]  # (B, kh, kw, C)
+            out[:, i, j] = np.tensordot(window, kernel, axes=([1, 2, 3], [0, 1, 2]))
+    return out
+
+
+@pytest.mark.parametrize("kernel_size,stride", [(1, 1), (3, 1), (3, 2), (1, 2), (7, 2)])
+def test_conv2d_equals_keras_conv(kernel_size, stride):
+    x = rng(12).normal(size=(2, 9, 8, 3)).astype("float32")
+    kernel = rng(13).normal(size=(kernel_size, kernel_size, 3, 4)).astype("float32")
+    got = to_numpy(fused.conv2d(ops.convert_to_tensor(x), ops.convert_to_tensor(kernel), stride))
+    formula = ops.conv(x, kernel, strides=stride, padding="valid")
+    np.testing.assert_allclose(got, to_numpy(formula), atol=1e-4)
+    np.testing.assert_allclose(got, _conv_numpy(x.astype("float64"), kernel, stride), atol=1e-4)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_group_norm_equals_the_layer(groups):
+    x = rng(14).normal(size=(2, 5, 3, 8)).astype("float32") * 3 + 1
+    layer = keras.layers.GroupNormalization(groups=groups, epsilon=1e-5, gamma_initializer="random_normal",
+                                            beta_initializer="random_normal")
+    layer.build(x.shape)
+    got = to_numpy(fused.group_norm(layer, ops.convert_to_tensor(x)))
+    np.testing.assert_allclose(got, to_numpy(layer(x)), atol=1e-5)
+    grouped = x.astype("float64").reshape(2, 5, 3, groups, 8 // groups)
+    mean = grouped.mean(axis=(1, 2, 4), keepdims=True)
+    var = grouped.var(axis=(1, 2, 4), keepdims=True)
+    expected = ((grouped - mean) / np.sqrt(var + 1e-5)).reshape(x.shape)
+    expected = expected * to_numpy(layer.gamma) + to_numpy(layer.beta)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
