@@ -393,19 +393,21 @@ def variant_ratios(frameworks):
 FIRST_PREDICTION = ("timm", "keras_vit[torch]", "keras_vit[jax]", "keras_vit[jax] cached", "keras_vit[tensorflow]")
 
 
-def first_prediction(args, env, log, variant):
+def first_prediction(args, env, log, variant, frameworks):
     """Time to first prediction, each in a new process, interleaved over rounds; medians per framework."""
     import tempfile
 
     script = os.path.join(HERE, "first_prediction.py")
-    raw = {name: [] for name in FIRST_PREDICTION}
+    names = [n for n in FIRST_PREDICTION if n.replace(" cached", "") in frameworks]
+    raw = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="keras-vit-jax-cache-") as cache:
         # Fill the cache once, so every "cached" run finds it (as a user's second run does).
         warm = [args.python, script, "--impl", "keras_vit", "--variant", variant, "--threads", str(args.threads),
                 "--device", args.device, "--jax-cache-dir", cache]
-        run_worker(warm, {**env, "KERAS_BACKEND": "jax"}, log)
+        if "keras_vit[jax] cached" in names:
+            run_worker(warm, {**env, "KERAS_BACKEND": "jax"}, log)
         for round_index in range(args.rounds):
-            order = list(FIRST_PREDICTION) if round_index % 2 == 0 else list(reversed(FIRST_PREDICTION))
+            order = list(names) if round_index % 2 == 0 else list(reversed(names))
             for name in order:
                 command = [args.ref_python if name == "timm" else args.python, script,
                            "--impl", "timm" if name == "timm" else "keras_vit", "--variant", variant,
@@ -571,7 +573,7 @@ def main(argv=None):
                 with open(partial_path, "w") as f:
                     json.dump({**summary, "raw_tables": raw}, f, indent=1)
         if args.first_prediction != "none":
-            summary["first_prediction"] = first_prediction(args, env, log, args.first_prediction)
+            summary["first_prediction"] = first_prediction(args, env, log, args.first_prediction, frameworks)
     summary["tables"] = {p: {"results": {v: {f: pool(rs) for f, rs in per.items()} for v, per in raw[p].items()},
                              "raw": raw[p]} for p in precisions}
     summary["wall_seconds"] = time.perf_counter() - started
