@@ -37,6 +37,8 @@ def atomic_write(path, mode="wb"):
     check_writable(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
+        # mkstemp makes the file owner-only; give it the mode a plain `open` would have.
+        os.chmod(temporary, _mode_for(path))
         with os.fdopen(handle, mode) as file:
             yield file
             file.flush()
@@ -46,6 +48,16 @@ def atomic_write(path, mode="wb"):
         with contextlib.suppress(OSError):
             os.remove(temporary)
         raise
+
+
+def _mode_for(path):
+    """The permission bits of the file being replaced, or those the umask gives a new file."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 @contextlib.contextmanager
@@ -70,6 +82,10 @@ def atomic_directory(path):
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=".incoming", dir=parent)
     try:
+        # mkdtemp makes the directory owner-only; give it the mode of a plain `os.makedirs`.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)
         yield staging
         if os.path.isdir(path):
             retired = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=".old", dir=parent)

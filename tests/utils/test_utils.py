@@ -73,3 +73,20 @@ def test_check_writable_names_the_problem(tmp_path):
         check_writable(tmp_path / "missing" / "model.keras")
     with pytest.raises(ValueError, match="is a directory"):
         check_writable(tmp_path)
+
+
+def test_atomic_writes_get_the_permissions_a_plain_write_would(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        with atomic_write(tmp_path / "new.txt", "w") as file:
+            file.write("x")
+        assert (os.stat(tmp_path / "new.txt").st_mode & 0o777) == 0o644
+        os.chmod(tmp_path / "new.txt", 0o600)
+        with atomic_write(tmp_path / "new.txt", "w") as file:
+            file.write("y")
+        assert (os.stat(tmp_path / "new.txt").st_mode & 0o777) == 0o600  # an existing file keeps its mode
+        with atomic_directory(tmp_path / "preset"):
+            pass
+        assert (os.stat(tmp_path / "preset").st_mode & 0o777) == 0o755
+    finally:
+        os.umask(umask)
