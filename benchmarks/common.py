@@ -150,6 +150,54 @@ def measure(fn, batch, args):
     return first_call_seconds, {"batch": batch, **summarize(times, batch), "peak_rss_mib": peak_rss_mib()}
 
 
+# CPU features that decide which matmul kernels a framework can use.
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "amx_bf16", "amx_int8")
+
+
+def host_info():
+    """The CPU model, its relevant flags, cores, caches and memory (Linux /proc and /sys)."""
+    info = {"cpu": "unknown", "flags": [], "nproc": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and info["cpu"] == "unknown":
+                    info["cpu"] = value.strip()
+                elif key == "flags" and not info["flags"]:
+                    present = set(value.split())
+                    info["flags"] = [flag for flag in CPU_FLAGS if flag in present]
+                    info["hypervisor"] = "hypervisor" in present
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        base = "/sys/devices/system/cpu/cpu0/topology/thread_siblings_list"
+        with open(base) as f:
+            info["cpu0_thread_siblings"] = f.read().strip()
+    except OSError:
+        pass
+    return info
+
+
+def placement():
+    """Where this process may run and how many threads it has (thread placement)."""
+    result = {"affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
+    try:
+        result["os_threads"] = len(os.listdir("/proc/self/task"))
+    except OSError:
+        pass
+    for name in ("OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "KMP_AFFINITY", "GOMP_CPU_AFFINITY", "XLA_FLAGS"):
+        if os.environ.get(name):
+            result[name] = os.environ[name]
+    return result
+
+
 def load_average():
     try:
         return os.getloadavg()[0]
@@ -172,3 +220,5 @@ def add_common_arguments(parser):
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--skip-forward", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="gpu: the accelerator (CUDA torch, jax or tensorflow with a GPU); fails if none")

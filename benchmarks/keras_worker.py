@@ -17,6 +17,46 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 
 
+def check_accelerator(backend):
+    """Stop with a clear message when --device gpu finds no accelerator for this backend."""
+    if backend == "torch":
+        import torch
+
+        found = torch.cuda.is_available()
+        detail = f"torch {torch.__version__}: torch.cuda.is_available() is False"
+    elif backend == "jax":
+        import jax
+
+        found = jax.default_backend() == "gpu"
+        detail = f"jax {jax.__version__}: default backend is {jax.default_backend()!r}, not 'gpu'"
+    else:
+        import tensorflow as tf
+
+        found = bool(tf.config.list_physical_devices("GPU"))
+        detail = f"tensorflow {tf.__version__}: tf.config.list_physical_devices('GPU') is empty"
+    if not found:
+        raise SystemExit(f"--device gpu: no accelerator for keras_vit[{backend}] ({detail}). Run on a machine "
+                         "with a GPU and the framework's GPU build, or use --device cpu.")
+
+
+def device_peak_mib(backend):
+    """Peak accelerator memory in MiB (None on the CPU)."""
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+    if backend == "jax":
+        import jax
+
+        stats = jax.local_devices()[0].memory_stats() or {}
+        return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
+    import tensorflow as tf
+
+    if not tf.config.list_physical_devices("GPU"):
+        return None
+    return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+
+
 def set_threads(backend, threads):
     if backend == "torch":
         import torch
@@ -44,6 +84,10 @@ def main(argv=None):
         "--dtype-policy", default="float32", choices=("float32", "mixed_bfloat16"),
         help="keras.config.set_dtype_policy before the model is built (bfloat16 matmuls, float32 weights).",
     )
+    parser.add_argument(
+        "--optimizer", default="keras_vit", choices=("keras_vit", "keras"),
+        help="keras_vit.optimizers.AdamW (fused update on torch) or keras.optimizers.AdamW.",
+    )
     args = parser.parse_args(argv)
     jit_compile = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
 
@@ -52,6 +96,8 @@ def main(argv=None):
     import numpy as np
 
     backend = keras.backend.backend()
+    if args.device == "gpu":
+        check_accelerator(backend)
     set_threads(backend, args.threads)
     keras.config.set_dtype_policy(args.dtype_policy)
     from keras_vit.models import ViTClassifier
@@ -62,8 +108,12 @@ def main(argv=None):
     # No keras.utils.set_random_seed: it imports TensorFlow to seed it too,
     # which would add ~400 MiB to every backend's peak memory.
     model = ViTClassifier.from_variant(args.variant, num_classes=common.NUM_CLASSES, activation=None)
+    if args.optimizer == "keras_vit":
+        from keras_vit.optimizers import AdamW
+    else:
+        AdamW = keras.optimizers.AdamW
     model.compile(
-        optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
+        optimizer=AdamW(learning_rate=1e-4),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[],
         jit_compile=jit_compile,
@@ -76,6 +126,7 @@ def main(argv=None):
         "threads": args.threads,
         "jit_compile": str(model.jit_compile),
         "dtype_policy": args.dtype_policy,
+        "optimizer": f"{AdamW.__module__}.{AdamW.__name__}",
         "keras_version": keras.__version__,
         "num_params": int(model.count_params()),
         "import_seconds": import_seconds,
@@ -109,6 +160,14 @@ def main(argv=None):
         )
 
     result["peak_rss_mib"] = common.peak_rss_mib()
+    result["device"] = args.device
+    if args.device == "gpu":
+        result["device_peak_mib"] = device_peak_mib(backend)
+    result["placement"] = common.placement()
+    if backend == "torch":
+        import torch
+
+        result["placement"]["torch_threads"] = torch.get_num_threads()
     result["load_after"] = common.load_average()
     common.emit(result)
 

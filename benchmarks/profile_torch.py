@@ -1,6 +1,7 @@
 """Where the time goes: torch.profiler over keras_vit (torch backend) or timm.
 
     KERAS_BACKEND=torch PYTHONPATH=. .venv/bin/python benchmarks/profile_torch.py --impl keras
+    KERAS_BACKEND=torch PYTHONPATH=. .venv/bin/python benchmarks/profile_torch.py --impl keras --optimizer keras
     .venv-ref/bin/python benchmarks/profile_torch.py --impl timm
 
 Prints the operators with the most self CPU time for a forward pass and a
@@ -24,6 +25,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--mode", choices=("forward", "train", "both"), default="both")
     parser.add_argument("--rows", type=int, default=25)
+    parser.add_argument("--optimizer", choices=("keras_vit", "keras"), default="keras_vit",
+                        help="keras_vit: keras_vit.optimizers.AdamW (fused on torch); keras: keras.optimizers.AdamW")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -35,9 +38,11 @@ def main(argv=None):
         import keras
 
         from keras_vit.models import ViTClassifier
+        from keras_vit.optimizers import AdamW
 
         model = ViTClassifier.from_variant(args.variant, activation=None)
-        model.compile(optimizer=keras.optimizers.AdamW(1e-4),
+        optimizer = AdamW(1e-4) if args.optimizer == "keras_vit" else keras.optimizers.AdamW(1e-4)
+        model.compile(optimizer=optimizer,
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=[])
         images = np.random.default_rng(0).uniform(0, 255, (args.batch, 224, 224, 3)).astype("float32")
         labels = np.zeros((args.batch,), "int32")

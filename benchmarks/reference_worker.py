@@ -57,11 +57,17 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
+    if args.device == "gpu" and not torch.cuda.is_available():
+        raise SystemExit(f"--device gpu: no accelerator for {args.impl} (torch {torch.__version__}: "
+                         "torch.cuda.is_available() is False). Run on a machine with a GPU, or use --device cpu.")
+    device = "cuda" if args.device == "gpu" else "cpu"
+    # Timed calls end when the device is done, not when the kernels are queued.
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     import_seconds = time.perf_counter() - start
     rss_after_import = common.current_rss_mib()
 
     torch.manual_seed(0)
-    model = build(args.impl, args.variant)
+    model = build(args.impl, args.variant).to(device)
     if args.impl == "hf":
         import transformers
 
@@ -74,7 +80,7 @@ def main(argv=None):
         call = model
 
     def autocast():
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast_bfloat16)
+        return torch.autocast(device, dtype=torch.bfloat16, enabled=args.autocast_bfloat16)
 
     result = {
         "framework": args.impl,
@@ -91,11 +97,12 @@ def main(argv=None):
 
     if not args.skip_forward:
         model.eval()
-        images = torch.randn(args.forward_batch, 3, common.IMAGE_SIZE, common.IMAGE_SIZE)
+        images = torch.randn(args.forward_batch, 3, common.IMAGE_SIZE, common.IMAGE_SIZE, device=device)
 
         def forward():
             with torch.inference_mode(), autocast():
                 call(images)
+            sync()
 
         result["forward_first_call_seconds"], result["forward"] = common.measure(forward, args.forward_batch, args)
 
@@ -103,8 +110,8 @@ def main(argv=None):
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         loss_fn = torch.nn.CrossEntropyLoss()
-        images = torch.randn(args.train_batch, 3, common.IMAGE_SIZE, common.IMAGE_SIZE)
-        labels = torch.randint(0, common.NUM_CLASSES, (args.train_batch,))
+        images = torch.randn(args.train_batch, 3, common.IMAGE_SIZE, common.IMAGE_SIZE, device=device)
+        labels = torch.randint(0, common.NUM_CLASSES, (args.train_batch,), device=device)
 
         def train_step():
             optimizer.zero_grad(set_to_none=True)
@@ -117,6 +124,10 @@ def main(argv=None):
         result["train_first_call_seconds"], result["train"] = common.measure(train_step, args.train_batch, args)
 
     result["peak_rss_mib"] = common.peak_rss_mib()
+    result["device"] = args.device
+    if device == "cuda":
+        result["device_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    result["placement"] = {**common.placement(), "torch_threads": torch.get_num_threads()}
     result["load_after"] = common.load_average()
     common.emit(result)
 

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers import fused
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
@@ -94,12 +96,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.output_projection.build(input_shape)
         self.built = True
 
-    def _split_heads(self, inputs):
+    def _project_qkv(self, inputs):
         tokens = ops.shape(inputs)[1]
         # The projections run on a 2-D (B * T, D) view: XLA's CPU backend
         # differentiates a rank-3 matmul through a much slower kernel (the
         # kernel gradient contracts two axes); the reshapes cost nothing.
-        qkv = self.qkv(ops.reshape(inputs, (-1, self.hidden_dim)))  # (B * T, 3 * D)
+        # `fused.dense` is the Dense layer's own matmul + bias, in one call
+        # on torch.
+        qkv = fused.dense(self.qkv, ops.reshape(inputs, (-1, self.hidden_dim)))  # (B * T, 3 * D)
+        return ops.reshape(qkv, (-1, tokens, 3 * self.hidden_dim))  # (B, T, 3 * D)
+
+    def _split_heads(self, qkv):
+        tokens = ops.shape(qkv)[1]
         qkv = ops.reshape(qkv, (-1, tokens, 3, self.num_heads, self.head_dim))  # (B, T, 3, H, Dh)
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, H, Dh)
 
@@ -112,17 +120,20 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return context, scores
 
     def call(self, inputs, training=None, return_attention_scores=False):
-        query, key, value = self._split_heads(inputs)
+        qkv = self._project_qkv(inputs)  # (B, T, 3 * D)
+        tokens = ops.shape(qkv)[1]
         needs_dropout = training and self.attention_dropout > 0
         scores = None
         if return_attention_scores or needs_dropout:
-            context, scores = self._explicit_attention(query, key, value, training)
+            context, scores = self._explicit_attention(*self._split_heads(qkv), training)  # (B, T, H, Dh)
         else:
-            context = ops.dot_product_attention(query, key, value, scale=self.scale)  # (B, T, H, Dh)
-        tokens = ops.shape(context)[1]
+            # The fused path: keras.ops.dot_product_attention (torch: its
+            # scaled_dot_product_attention without Keras' transposes).
+            context = fused.qkv_attention(qkv, self.num_heads, self.scale)  # (B, T, D)
         context = ops.reshape(context, (-1, self.hidden_dim))  # (B * T, D)
-        outputs = ops.reshape(self.output_projection(context), (-1, tokens, self.hidden_dim))  # (B, T, D)
-        outputs = self.output_dropout_layer(outputs, training=training)
+        outputs = ops.reshape(fused.dense(self.output_projection, context), (-1, tokens, self.hidden_dim))  # (B, T, D)
+        if self.dropout > 0:  # a Dropout call that does nothing still costs a layer call on eager torch
+            outputs = self.output_dropout_layer(outputs, training=training)
         if return_attention_scores:
             return outputs, scores
         return outputs

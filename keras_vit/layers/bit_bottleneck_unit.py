@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers import fused
+
 from keras_vit.layers.bit_root import _check_groups
 from keras_vit.layers.std_conv import StdConv2D
 
@@ -119,10 +121,10 @@ class BiTBottleneckUnit(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
-        shortcut = inputs if self.conv_proj is None else self.norm_proj(self.conv_proj(inputs))
-        x = ops.relu(self.norm1(self.conv1(inputs)))
-        x = ops.relu(self.norm2(self.conv2(x)))
-        x = self.norm3(self.conv3(x))
+        shortcut = inputs if self.conv_proj is None else fused.group_norm(self.norm_proj, self.conv_proj(inputs))
+        x = ops.relu(fused.group_norm(self.norm1, self.conv1(inputs)))
+        x = ops.relu(fused.group_norm(self.norm2, self.conv2(x)))
+        x = fused.group_norm(self.norm3, self.conv3(x))
         return ops.relu(x + shortcut)
 
     def compute_output_shape(self, input_shape):

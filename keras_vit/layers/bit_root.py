@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers import fused
+
 from keras_vit.layers.std_conv import StdConv2D, same_padding
 
 
@@ -57,7 +59,7 @@ class BiTRoot(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
-        x = ops.relu(self.norm(self.conv(inputs)))
+        x = ops.relu(fused.group_norm(self.norm, self.conv(inputs)))
         _, height, width, _ = x.shape
         if height is None or width is None:
             return ops.max_pool(x, 3, strides=2, padding="same")

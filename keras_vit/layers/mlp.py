@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers import fused
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MLP(keras.layers.Layer):
@@ -55,11 +57,17 @@ class MLP(keras.layers.Layer):
         # Both matmuls run on a 2-D (tokens, width) view: XLA's CPU backend
         # differentiates a rank-3 matmul through a much slower kernel (the
         # kernel gradient contracts two axes), and the reshapes are free.
+        # `fused.dense` is each Dense layer's matmul + bias, in one call on
+        # torch; Dropout layers with rate 0 are not called at all (each call
+        # is a Python round trip on eager torch).
         leading_shape = tuple(ops.shape(inputs)[:-1])
         x = ops.reshape(inputs, (-1, inputs.shape[-1]))
-        x = keras.activations.gelu(self.fc1(x), approximate=False)
-        x = self.dropout1(x, training=training)
-        x = self.dropout2(self.fc2(x), training=training)
+        x = keras.activations.gelu(fused.dense(self.fc1, x), approximate=False)
+        if self.dropout > 0:
+            x = self.dropout1(x, training=training)
+        x = fused.dense(self.fc2, x)
+        if self.dropout > 0:
+            x = self.dropout2(x, training=training)
         return ops.reshape(x, leading_shape + (inputs.shape[-1],))
 
     def compute_output_shape(self, input_shape):

@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.layers import fused
+
 
 def same_padding(size, kernel_size, stride, dilation=1):
     """TensorFlow's SAME padding of one spatial axis as `(before, after)`.
@@ -154,7 +156,8 @@ class StdConv2D(keras.layers.Layer):
                 if pad_h != (0, 0) or pad_w != (0, 0):
                     # (B, H + pad_h, W + pad_w, C): explicit, possibly asymmetric, zero padding.
                     inputs = ops.pad(inputs, ((0, 0), pad_h, pad_w, (0, 0)))
-            outputs = ops.conv(inputs, kernel, strides=self.strides, padding="valid")
+            # ops.conv(..., padding="valid"), without Keras' layout copies on torch.
+            outputs = fused.conv2d(inputs, kernel, self.strides)
         if self.bias is not None:
             outputs = outputs + ops.cast(self.bias, outputs.dtype)
         return outputs

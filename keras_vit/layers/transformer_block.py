@@ -109,7 +109,9 @@ class TransformerBlock(keras.layers.Layer):
     def _residual(self, inputs, branch, layer_scale, drop_path, training):
         if layer_scale is not None:
             branch = layer_scale(branch)
-        return inputs + drop_path(branch, training=training)
+        if self.drop_path > 0:  # at rate 0 the call does nothing but costs a layer call on eager torch
+            branch = drop_path(branch, training=training)
+        return inputs + branch
 
     def call(self, inputs, training=None, return_attention_scores=False):
         attended = self.attention(

@@ -1,0 +1,275 @@
+"""Fused operations that `keras.ops` lacks, for the hot paths of the model.
+
+This is the one module of keras_vit that may look at `keras.backend.backend()`
+and import a framework (torch, lazily, inside the function that needs it).
+Every operation here has a reference: the `keras.ops` formula it replaces,
+which is what runs on every other backend, and a test checks that both agree
+on TensorFlow, JAX and PyTorch (`tests/layers/test_fused_ops.py`).
+
+Why torch gets its own paths: Keras runs torch eagerly, so each `keras.ops`
+call is a separate kernel and a separate trip through Python. A Keras `Dense`
+is `matmul` then a separate bias `add` (torch's `linear` does both in one
+BLAS call); `keras.ops.dot_product_attention` transposes its inputs to
+torch's layout and back; Keras' AdamW on torch makes model-sized temporary
+lists. XLA (jax, tensorflow) fuses all of this itself, so there the formulas
+are left as they are.
+
+Weights are untouched: the operations take a layer's own variables, so
+names, shapes and saved files are those of the plain Keras layers.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+
+def _is_torch():
+    return keras.backend.backend() == "torch"
+
+
+def linear(inputs, kernel, bias=None):
+    """`inputs @ kernel + bias` in one call (torch: `torch.nn.functional.linear`).
+
+    Reference formula: `ops.matmul(inputs, kernel) + bias`, what
+    `keras.layers.Dense` computes.
+
+    Args:
+        inputs: tensor of shape `(..., in_features)`.
+        kernel: tensor or variable of shape `(in_features, out_features)`
+            (a Keras `Dense` kernel).
+        bias: tensor or variable of shape `(out_features,)`, or `None`.
+
+    Returns:
+        A tensor of shape `(..., out_features)`.
+    """
+    if _is_torch():
+        import torch
+
+        x = ops.convert_to_tensor(inputs)
+        # The kernel is read inside the calling layer, so a mixed-precision
+        # autocast scope has already cast it to the compute dtype.
+        w = ops.convert_to_tensor(kernel)
+        b = None if bias is None else ops.convert_to_tensor(bias)
+        # torch's weight layout is (out, in): the transpose is a free view,
+        # and `linear` hands it to BLAS as a transposed operand.
+        return torch.nn.functional.linear(x, w.t(), b)
+    outputs = ops.matmul(inputs, kernel)
+    if bias is not None:
+        outputs = ops.add(outputs, bias)
+    return outputs
+
+
+def dense(layer, inputs):
+    """Apply a built `keras.layers.Dense` through `linear`.
+
+    Skips the layer's own `__call__` (a Python round trip per call on eager
+    torch) but uses its variables, so the weights and their names are the
+    layer's. A Dense with an activation, LoRA or quantization is called as
+    usual.
+
+    Args:
+        layer: a built `keras.layers.Dense`.
+        inputs: tensor of shape `(..., in_features)`.
+
+    Returns:
+        `layer(inputs)`.
+    """
+    plain = (
+        type(layer) is keras.layers.Dense
+        and not getattr(layer, "quantization_mode", None)
+        and not getattr(layer, "lora_enabled", False)
+        and layer.activation is keras.activations.linear
+    )
+    if not plain:
+        return layer(inputs)
+    return linear(inputs, layer.kernel, layer.bias)
+
+
+def qkv_attention(qkv, num_heads, scale):
+    """Scaled dot-product attention straight from a fused qkv projection.
+
+    Reference formula: split `(B, T, 3 * D)` into query, key and value,
+    each `(B, T, H, Dh)` (columns ordered q, k, v, each head-major, as in
+    timm's `qkv`), `ops.dot_product_attention(q, k, v, scale=scale)`, and
+    merge the heads back to `(B, T, D)`.
+
+    On torch the heads are split with one permute into torch's
+    `(B, H, T, Dh)` layout and `scaled_dot_product_attention` runs without
+    Keras' checks and transposes around it (what timm does).
+
+    Args:
+        qkv: tensor of shape `(batch, tokens, 3 * hidden_dim)`.
+        num_heads: int. Number of heads `H`; `hidden_dim = H * Dh`.
+        scale: float. Factor on the logits (`Dh ** -0.5` in ViT).
+
+    Returns:
+        The attention output before the output projection, shaped
+        `(batch, tokens, hidden_dim)`.
+    """
+    batch, tokens, width = ops.shape(qkv)
+    hidden_dim = width // 3
+    head_dim = hidden_dim // num_heads
+    if _is_torch():
+        import torch
+
+        qkv = ops.convert_to_tensor(qkv)
+        qkv = qkv.reshape(batch, tokens, 3, num_heads, head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
+        query, key, value = qkv.unbind(0)
+        context = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scale)  # (B, H, T, Dh)
+        return context.transpose(1, 2).reshape(batch, tokens, hidden_dim)
+    qkv = ops.reshape(qkv, (-1, tokens, 3, num_heads, head_dim))  # (B, T, 3, H, Dh)
+    query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, H, Dh)
+    context = ops.dot_product_attention(query, key, value, scale=scale)  # (B, T, H, Dh)
+    return ops.reshape(context, (-1, tokens, hidden_dim))
+
+
+def conv2d(inputs, kernel, strides=1):
+    """A 2-D convolution of channels-last images, "valid" padding.
+
+    Reference formula: `ops.conv(inputs, kernel, strides, padding="valid")`.
+
+    On torch, Keras copies every input to channels-first and back to
+    channels-last memory before each convolution (two copies of the
+    activations). Here the channels-last tensor is handed to torch as what
+    it already is, an NCHW tensor in `channels_last` memory format (a
+    permuted view, no copy); oneDNN convolves it in that layout and the
+    output comes back as a view too.
+
+    Args:
+        inputs: tensor of shape `(batch, height, width, in_channels)`.
+        kernel: tensor of shape `(kh, kw, in_channels, out_channels)`.
+        strides: int or pair of ints.
+
+    Returns:
+        A tensor of shape `(batch, out_height, out_width, out_channels)`.
+    """
+    if _is_torch():
+        import torch
+
+        strides = (strides, strides) if isinstance(strides, int) else tuple(strides)
+        x = ops.convert_to_tensor(inputs).permute(0, 3, 1, 2)  # (B, C, H, W) view of channels-last memory
+        x = x.contiguous(memory_format=torch.channels_last)  # a no-op unless `inputs` was not contiguous
+        w = ops.convert_to_tensor(kernel).permute(3, 2, 0, 1)  # (out, in, kh, kw)
+        w = w.contiguous(memory_format=torch.channels_last)
+        return torch.nn.functional.conv2d(x, w, stride=strides).permute(0, 2, 3, 1)  # (B, H', W', C')
+    return ops.conv(inputs, kernel, strides=strides, padding="valid")
+
+
+def group_norm(layer, inputs):
+    """Apply a built `keras.layers.GroupNormalization` (channels-last) in one kernel on torch.
+
+    Reference formula: the layer itself, `layer(inputs)`: statistics in
+    float32 over each group of channels and all positions,
+    `(x - mean) / sqrt(var + epsilon) * gamma + beta`, cast back to the
+    layer's compute dtype.
+
+    On torch this is `torch.nn.functional.group_norm` on the
+    channels-first view of the channels-last tensor (no copy), in float32,
+    with the layer's own `gamma` and `beta`, so the weights stay the
+    layer's.
+
+    Args:
+        layer: a built `keras.layers.GroupNormalization` over the last axis.
+        inputs: tensor of shape `(batch, ..., channels)`.
+
+    Returns:
+        `layer(inputs)`.
+    """
+    if not _is_torch() or layer.axis not in (-1, len(inputs.shape) - 1):
+        return layer(inputs)
+    import torch
+
+    x = ops.convert_to_tensor(inputs)
+    dims = x.ndim
+    channels_first = x.permute(0, dims - 1, *range(1, dims - 1)).float()
+    gamma = ops.convert_to_tensor(ops.cast(layer.gamma, "float32")) if layer.scale else None
+    beta = ops.convert_to_tensor(ops.cast(layer.beta, "float32")) if layer.center else None
+    outputs = torch.nn.functional.group_norm(channels_first, layer.groups, gamma, beta, layer.epsilon)
+    outputs = outputs.permute(0, *range(2, dims), 1)
+    return ops.cast(outputs, layer.compute_dtype)
+
+
+def has_fused_adam(variables, grads):
+    """Whether `adam_update` runs a fused kernel for these variables.
+
+    Only on torch, and only for variables of one floating dtype on one
+    device with gradients of that dtype (what torch's kernel takes).
+    """
+    if not _is_torch() or not variables:
+        return False
+    dtype = variables[0].dtype
+    if not keras.backend.is_float_dtype(dtype) or any(v.dtype != dtype for v in variables):
+        return False
+    if any(g is None or keras.backend.standardize_dtype(g.dtype) != dtype for g in grads):
+        return False
+    device = variables[0].value.device
+    return all(v.value.device == device for v in variables)
+
+
+def adam_update(variables, grads, momentums, velocities, learning_rate, step, beta_1, beta_2, epsilon):
+    """One Adam step on a list of variables, in place, as Keras defines it.
+
+    Reference formula (`keras.optimizers.Adam.update_step`, per variable):
+
+        alpha = lr * sqrt(1 - beta_2**step) / (1 - beta_1**step)
+        m += (g - m) * (1 - beta_1)
+        v += (g**2 - v) * (1 - beta_2)
+        variable -= alpha * m / (sqrt(v) + epsilon)
+
+    On torch this is one call of torch's fused Adam kernel over all
+    variables, which reads and writes each tensor once and allocates
+    nothing model-sized. torch's kernel adds epsilon after the bias
+    correction (`sqrt(v) / sqrt(1 - beta_2**step) + eps`), so it gets
+    `epsilon / sqrt(1 - beta_2**step)`: the same update as Keras'.
+
+    Args:
+        variables: list of `keras.Variable`, updated in place.
+        grads: list of gradient tensors, one per variable.
+        momentums: list of `keras.Variable` (first moments), updated.
+        velocities: list of `keras.Variable` (second moments), updated.
+        learning_rate: float or scalar tensor.
+        step: int or scalar tensor. The step number, counting from 1.
+        beta_1: float.
+        beta_2: float.
+        epsilon: float.
+    """
+    if _is_torch():
+        import torch
+
+        step = float(ops.convert_to_numpy(step))
+        learning_rate = float(ops.convert_to_numpy(learning_rate))
+        corrected_epsilon = epsilon / math.sqrt(1.0 - beta_2**step)
+        params = [v.value for v in variables]
+        grads = [ops.convert_to_tensor(g) for g in grads]
+        # The kernel only reads the step count: one tensor serves every weight.
+        steps = [torch.tensor(step, dtype=torch.float32, device=params[0].device)] * len(params)
+        with torch.no_grad():
+            torch._fused_adam_(
+                params,
+                grads,
+                [m.value for m in momentums],
+                [v.value for v in velocities],
+                [],
+                steps,
+                lr=learning_rate,
+                beta1=beta_1,
+                beta2=beta_2,
+                weight_decay=0.0,
+                eps=corrected_epsilon,
+                amsgrad=False,
+                maximize=False,
+            )
+        return
+    for variable, grad, m, v in zip(variables, grads, momentums, velocities):
+        dtype = variable.dtype
+        grad = ops.cast(grad, dtype)
+        step_t = ops.cast(step, dtype)
+        alpha = (
+            ops.cast(learning_rate, dtype)
+            * ops.sqrt(1 - ops.power(ops.cast(beta_2, dtype), step_t))
+            / (1 - ops.power(ops.cast(beta_1, dtype), step_t))
+        )
+        m.assign_add(ops.multiply(ops.subtract(grad, m), 1 - beta_1))
+        v.assign_add(ops.multiply(ops.subtract(ops.square(grad), v), 1 - beta_2))
+        variable.assign_sub(ops.divide(ops.multiply(m, alpha), ops.add(ops.sqrt(v), epsilon)))
