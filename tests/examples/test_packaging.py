@@ -72,7 +72,10 @@ def test_wheel_and_sdist_build_and_pass_twine_check(tmp_path):
                    check=True, capture_output=True, text=True)
     wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1
-    stem = f"{project['name'].replace('-', '_')}-{project['version']}"
+    import keras_vit
+
+    assert project["dynamic"] == ["version"]  # read from keras_vit.__version__, the one source
+    stem = f"{project['name'].replace('-', '_')}-{keras_vit.__version__}"
     assert wheels[0].name == f"{stem}-py3-none-any.whl" and sdists[0].name == f"{stem}.tar.gz"
 
     check = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(wheels[0]), str(sdists[0])],
@@ -96,7 +99,7 @@ def test_wheel_and_sdist_build_and_pass_twine_check(tmp_path):
     assert sorted(n for n in names if n.startswith("keras_vit/")) == package
 
     assert metadata["Name"] == project["name"]
-    assert metadata["Version"] == project["version"]
+    assert metadata["Version"] == keras_vit.__version__
     assert metadata["License-Expression"] == "Apache-2.0"
     assert metadata["License-File"] == "LICENSE"
     assert not [c for c in metadata.get_all("Classifier") if c.startswith("License ::")]  # PEP 639: the expression only
