@@ -1,7 +1,53 @@
 """keras_vit: the Vision Transformer for Keras 3 on TensorFlow, JAX and PyTorch."""
 
-from keras_vit import convert, distribution, layers, presets
-from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier, parse_variant, variant_names
-from keras_vit.presets import decode_predictions
+import importlib as _importlib
+import os as _os
+import sys as _sys
 
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it (a submodule maps to itself).
+_PUBLIC = {
+    "convert": "keras_vit.convert",
+    "distribution": "keras_vit.distribution",
+    "layers": "keras_vit.layers",
+    "presets": "keras_vit.presets",
+    "MaskedPatchPredictor": "keras_vit.models",
+    "ViTBackbone": "keras_vit.models",
+    "ViTClassifier": "keras_vit.models",
+    "parse_variant": "keras_vit.models",
+    "variant_names": "keras_vit.models",
+    "decode_predictions": "keras_vit.presets",
+}
+
+
+def __getattr__(name):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
+    module = _importlib.import_module(_PUBLIC[name])
+    value = module if module.__name__ == f"keras_vit.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def _started_as_command_line():
+    # `keras-vit ...` or `python -m keras_vit ...` (argv[0] is "-m" while the
+    # package is located). The command line must choose the backend before
+    # Keras is imported and keeps `--help` instant, so the imports below wait
+    # until a subcommand needs them (`__getattr__` serves them on demand).
+    argv0 = _sys.argv[0] if _sys.argv else ""
+    return argv0 == "-m" or _os.path.basename(argv0).lower() in ("keras-vit", "keras-vit.exe", "keras-vit-script.py")
+
+
+if not _started_as_command_line():
+    # Imported eagerly otherwise, so every layer and model is registered with
+    # Keras (for `keras.saving.load_model`) as soon as `import keras_vit` runs.
+    from keras_vit import convert, distribution, layers, presets  # noqa: E402
+    from keras_vit.models import (  # noqa: E402
+        MaskedPatchPredictor,
+        ViTBackbone,
+        ViTClassifier,
+        parse_variant,
+        variant_names,
+    )
+    from keras_vit.presets import decode_predictions  # noqa: E402

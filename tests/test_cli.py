@@ -55,3 +55,11 @@ def test_digits_split_is_stratified_and_seeded():
     assert counts.min() >= 35 and counts.max() <= 37
     (_, y_again), _ = load_digits_split(seed=0)
     np.testing.assert_array_equal(y_train, y_again)
+
+
+def test_version_and_error_style(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("keras-vit ")
+    assert cli.main(["presets", "--with-head", "--backbones"]) == 2
+    assert capsys.readouterr().err.startswith("keras-vit presets: error: ")

@@ -1,0 +1,16 @@
+"""The `keras-vit` subcommands, one module each (`add_arguments(parser)`, `run(args)`).
+
+A subcommand reports anything the user got wrong by raising `ValueError` with
+a message that names the problem and the fix; `keras_vit.cli.main` prints it
+as `keras-vit <command>: error: <message>` and exits with 1, or with 2 when
+the error is a `UsageError` (a bad argument or option).
+"""
+
+
+class UsageError(ValueError):
+    """A command-line argument is wrong (exit status 2).
+
+    Raise it from a subcommand's `run(args)` for what argparse cannot check
+    itself: an option out of range, an output path that is a directory, a
+    destination equal to the source.
+    """

@@ -4,16 +4,16 @@ FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
 
 
 def _image_size(text):
+    from keras_vit.commands import UsageError
+
     parts = text.lower().replace(",", "x").split("x")
     try:
         values = [int(p) for p in parts]
     except ValueError:
-        raise ValueError(f"--image-size must be N or HxW, e.g. 384 or 384x512. Received: {text!r}") from None
-    if len(values) == 1:
-        return values[0]
-    if len(values) == 2:
-        return tuple(values)
-    raise ValueError(f"--image-size must be N or HxW. Received: {text!r}")
+        raise UsageError(f"--image-size must be N or HxW, e.g. 384 or 384x512. Received: {text!r}") from None
+    if len(values) not in (1, 2) or any(v < 1 for v in values):
+        raise UsageError(f"--image-size must be N or HxW with positive sizes. Received: {text!r}")
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 def _destination_format(destination, requested):
@@ -26,7 +26,9 @@ def _destination_format(destination, requested):
         return "weights"
     if lower.endswith(".safetensors"):
         return "timm"
-    raise ValueError(
+    from keras_vit.commands import UsageError
+
+    raise UsageError(
         f"Cannot tell the output format of {destination!r}. Use a .keras, .weights.h5 or .safetensors "
         "(timm) file name, or pass --to huggingface with a directory."
     )
@@ -34,7 +36,8 @@ def _destination_format(destination, requested):
 
 def add_arguments(parser):
     parser.add_argument(
-        "source", help="a timm .safetensors file, a Hugging Face / timm hub directory, or a Google .npz"
+        "source", help="a timm .safetensors file, a Hugging Face / timm hub directory, a Google .npz, or a keras_vit "
+             ".keras model"
     )
     parser.add_argument("destination", help="output: .keras (whole model), .weights.h5, .safetensors (timm) or a "
                                             "directory with --to huggingface")
@@ -47,46 +50,154 @@ def add_arguments(parser):
     parser.add_argument("--no-head", action="store_true", help="keep only the backbone")
     parser.add_argument("--num-heads", type=int, default=None,
                         help="attention heads, for checkpoints whose width does not determine them")
+    parser.add_argument("--allow-non-finite", action="store_true",
+                        help="load weights holding NaN or infinity instead of refusing the checkpoint")
     parser.add_argument("--softmax", action="store_true",
                         help="output probabilities instead of logits (the default, as timm and Hugging Face)")
 
 
-def run(args):
-    from keras_vit.convert import export_huggingface, export_timm, load_checkpoint
+def _outputs(destination, target):
+    """The files a conversion writes."""
+    import os
 
-    try:
-        target = _destination_format(args.destination, args.to)
-        overrides = {}
-        if args.num_heads is not None:
-            overrides["num_heads"] = args.num_heads
-        if args.softmax:
-            overrides["activation"] = "softmax"
-        model = load_checkpoint(
-            args.source,
-            image_size=None if args.image_size is None else _image_size(args.image_size),
-            interpolation=args.interpolation,
-            antialias=not args.no_antialias,
-            include_head=not args.no_head,
-            **overrides,
-        )
-    except ValueError as error:
-        print(f"keras-vit convert: error: {error}")
-        return 1
+    if target == "huggingface":
+        return [os.path.join(destination, name) for name in ("config.json", "preprocessor_config.json",
+                                                             "model.safetensors")]
+    return [destination]
+
+
+def _same_file(a, b):
+    import os
+
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_destination(source, destination, target):
+    """Refuse, before any work, an output that would overwrite the source or cannot be written.
+
+    Raises:
+        UsageError: naming the path and the fix.
+    """
+    import os
+
+    from keras_vit.commands import UsageError
+    from keras_vit.utils import check_writable
+    from keras_vit.utils.files import quote
+
+    source_files = [source]
+    if os.path.isdir(source):
+        source_files = [os.path.join(source, name) for name in os.listdir(source)] + [source]
+    if target == "huggingface":
+        if os.path.exists(destination) and not os.path.isdir(destination):
+            raise UsageError(f"{quote(destination)} exists and is not a directory; --to huggingface writes a "
+                             "directory.")
+        if os.path.isdir(source) and _same_file(source, destination):
+            raise UsageError(f"The destination {quote(destination)} is the source directory; converting into it "
+                             "would overwrite the checkpoint being read. Choose another directory.")
+    for output in _outputs(destination, target):
+        if any(_same_file(output, existing) for existing in source_files):
+            raise UsageError(f"The destination {quote(output)} is the source {quote(source)} (or a file inside "
+                             "it); writing it would destroy the checkpoint being read. Choose another output path.")
+        if target != "huggingface" or os.path.isdir(destination):
+            try:
+                check_writable(output)
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+    if target == "huggingface" and not os.path.isdir(destination):
+        parent = os.path.dirname(os.path.abspath(destination))
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise UsageError(f"Cannot create {quote(destination)}: its parent directory {quote(parent)} does not "
+                             "exist or is not writable.")
+
+
+def save_model_file(model, path, weights_only=False):
+    """`model.save` / `model.save_weights` through `atomic_write`: the old file or the new one, never half.
+
+    Keras insists on the file name's suffix, so it writes into a temporary
+    directory beside `path`; the result is then copied into the atomic write.
+    """
+    import os
+    import shutil
+    import tempfile
+
+    from keras_vit.utils import atomic_write
+
+    suffix = ".weights.h5" if weights_only else ".keras"
+    directory = os.path.dirname(os.path.abspath(path))
+    with tempfile.TemporaryDirectory(prefix=".keras-vit-", dir=directory) as staging:
+        staged = os.path.join(staging, "model" + suffix)
+        if weights_only:
+            model.save_weights(staged)
+        else:
+            model.save(staged)
+        with atomic_write(path) as handle, open(staged, "rb") as source:
+            shutil.copyfileobj(source, handle, 1 << 20)
+
+
+def _load_source(args, image_size, overrides):
+    """A model from a checkpoint, or from a `.keras` file (checked first: Keras calls a truncated one
+    "File not found")."""
+    import os
+
+    from keras_vit.convert import load_checkpoint
+    from keras_vit.utils.checks import check_keras_file
+
+    if args.source.lower().endswith(".keras") and not os.path.isdir(args.source):
+        import keras
+
+        import keras_vit.models  # noqa: F401  (registers the classes the file names)
+
+        check_keras_file(args.source)
+        if image_size is not None or args.no_head or overrides:
+            from keras_vit.commands import UsageError
+
+            raise UsageError("--image-size, --no-head, --num-heads and --softmax apply to checkpoints; a .keras "
+                             "source is converted as it is.")
+        return keras.saving.load_model(args.source, safe_mode=True)
+    return load_checkpoint(
+        args.source,
+        image_size=image_size,
+        interpolation=args.interpolation,
+        antialias=not args.no_antialias,
+        include_head=not args.no_head,
+        **overrides,
+    )
+
+
+def run(args):
+    import os
+
+    from keras_vit.commands import UsageError
+    from keras_vit.convert import export_huggingface, export_timm
+
+    if not os.path.exists(args.source):
+        raise UsageError(f"no such checkpoint: {args.source}")
+    target = _destination_format(args.destination, args.to)
+    image_size = None if args.image_size is None else _image_size(args.image_size)
+    if args.num_heads is not None and args.num_heads < 1:
+        raise UsageError(f"--num-heads must be positive. Received: --num-heads {args.num_heads}")
+    check_destination(args.source, args.destination, target)
+    overrides = {}
+    if args.num_heads is not None:
+        overrides["num_heads"] = args.num_heads
+    if args.softmax:
+        overrides["activation"] = "softmax"
+    if args.allow_non_finite:
+        overrides["allow_non_finite"] = True
+    model = _load_source(args, image_size, overrides)
     print(f"Loaded {type(model).__name__} from {args.source}: {model.count_params():,} parameters, "
           f"image size {model.input_shape[1]}x{model.input_shape[2]}.")
     if target == "keras":
-        model.save(args.destination)
+        save_model_file(model, args.destination)
     elif target == "weights":
-        model.save_weights(args.destination)
+        save_model_file(model, args.destination, weights_only=True)
         print("Rebuild the architecture with `keras_vit.convert.load_checkpoint(SOURCE)` (or from the "
               "model's get_config()) before `load_weights`.")
     elif target == "timm":
         export_timm(model, args.destination)
     else:
-        try:
-            export_huggingface(model, args.destination)
-        except ValueError as error:
-            print(f"keras-vit convert: error: {error}")
-            return 1
+        export_huggingface(model, args.destination)
     print(f"Wrote {args.destination} ({target}).")
     return 0

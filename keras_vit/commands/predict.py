@@ -1,54 +1,85 @@
 """`keras-vit predict IMAGE --preset NAME`: classify an image with a pretrained preset."""
 
+from keras_vit.utils.images import DEFAULT_MAX_PIXELS
+
 
 def add_arguments(parser):
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image file(s) (JPEG, PNG, ...)")
     parser.add_argument(
         "--preset", required=True,
-        help="a preset name (see `keras-vit presets`), hf://org/repo, or a local preset / checkpoint path",
+        help="a preset name (see `keras-vit presets`), hf://org/repo, a local preset / checkpoint path, "
+             "or a .keras model file",
     )
     parser.add_argument("--top", type=int, default=5, help="how many classes to print (default: 5)")
+    parser.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
+                        help=f"refuse images larger than this many pixels (default: {DEFAULT_MAX_PIXELS:,})")
 
 
-def load_image(path, image_size):
-    """Read an image as a float32 `(h, w, 3)` array in [0, 255], resized and center-cropped.
+def load_image(path, image_size, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
+    """Read an image as a float32 `(h, w, c)` array in [0, 255], resized and center-cropped."""
+    from keras_vit.utils.images import load_image as load
 
-    The shorter side is resized to the model's input size (bicubic), then the
-    center is cropped, so the whole object stays in view without distortion.
-    """
-    import numpy as np
+    return load(path, image_size, num_channels=num_channels, max_pixels=max_pixels)
 
-    try:
-        from PIL import Image
-    except ImportError as error:
-        raise ImportError("`keras-vit predict` reads images with Pillow: `pip install pillow`.") from error
-    height, width = image_size
-    with Image.open(path) as image:
-        image = image.convert("RGB")
-        scale = max(height / image.height, width / image.width)
-        resized = image.resize(
-            (max(width, round(image.width * scale)), max(height, round(image.height * scale))), Image.BICUBIC
-        )
-    top = (resized.height - height) // 2
-    left = (resized.width - width) // 2
-    return np.asarray(resized.crop((left, top, left + width, top + height)), dtype="float32")
+
+def _load_model(handle):
+    """A classifier from a preset handle, or from a `.keras` file (checked first: Keras calls a
+    truncated one "File not found")."""
+    import os
+
+    from keras_vit.utils.checks import check_keras_file
+
+    if handle.lower().endswith(".keras") and os.path.isfile(handle):
+        import keras
+
+        from keras_vit.models.vit_classifier import ViTClassifier
+
+        check_keras_file(handle)
+        model = keras.saving.load_model(handle, safe_mode=True)
+        if not isinstance(model, ViTClassifier):
+            raise ValueError(f"{handle} holds a {type(model).__name__}, not a ViTClassifier; predict needs a "
+                             "classifier.")
+        return model
+    if os.path.isdir(handle) and os.path.exists(os.path.join(handle, "model.weights.h5")):
+        check_keras_file(os.path.join(handle, "model.weights.h5"))
+    from keras_vit.models.vit_classifier import ViTClassifier
+
+    return ViTClassifier.from_preset(handle)
 
 
 def run(args):
     import os
+    import sys
 
     import numpy as np
 
-    from keras_vit.models.vit_classifier import ViTClassifier
-    from keras_vit.presets.imagenet import decode_predictions
+    from keras_vit.commands import UsageError
+    from keras_vit.utils.checks import check_pixel_range
+    from keras_vit.utils.images import open_image
 
+    if args.top < 1:
+        raise UsageError(f"--top must be at least 1 (how many classes to print). Received: --top {args.top}")
+    if args.max_pixels < 1:
+        raise UsageError(f"--max-pixels must be positive. Received: --max-pixels {args.max_pixels}")
     missing = [path for path in args.images if not os.path.exists(path)]
     if missing:
-        print(f"error: no such image file: {', '.join(missing)}")
-        return 2
-    model = ViTClassifier.from_preset(args.preset)
-    image_size = tuple(model.backbone.image_size)
-    batch = np.stack([load_image(path, image_size) for path in args.images])
+        raise UsageError(f"no such image file: {', '.join(missing)}")
+    # Every image is opened and checked before the model is loaded (which may download).
+    for path in args.images:
+        open_image(path, args.max_pixels).close()
+
+    model = _load_model(args.preset)
+    backbone = model.backbone
+    image_size = tuple(backbone.image_size)
+    batch = np.stack([load_image(path, image_size, backbone.num_channels, args.max_pixels) for path in args.images])
+    # The files hold [0, 255] pixels; a model built for another range gets them rescaled.
+    scale = float(getattr(backbone, "pixel_scale", 1.0 / 255.0) or 1.0 / 255.0)
+    expected_max = 1.0 / scale
+    if abs(expected_max - 255.0) > 1e-3:
+        print(f"keras-vit predict: the model expects pixels in [0, {expected_max:g}]; rescaling the images.",
+              file=sys.stderr)
+        batch = batch * (expected_max / 255.0)
+    check_pixel_range(batch, expected_max, model=model)
     scores = np.asarray(model.predict(batch, verbose=0))
     if model.activation is None:  # logits: report probabilities
         scores = np.exp(scores - scores.max(-1, keepdims=True))
@@ -57,6 +88,8 @@ def run(args):
     for path, row in zip(args.images, scores):
         print(f"{path}:")
         if scores.shape[-1] == 1000:
+            from keras_vit.presets.imagenet import decode_predictions
+
             for rank, (synset, name, score) in enumerate(decode_predictions(row[None], top=top)[0], 1):
                 print(f"  {rank}. {name} ({synset}): {score:.4f}")
         else:

@@ -8,7 +8,11 @@ def add_arguments(parser):
 
 
 def run(args):
+    from keras_vit.commands import UsageError
     from keras_vit.presets.registry import PRESETS
+
+    if args.with_head and args.backbones:
+        raise UsageError("--with-head and --backbones exclude each other (together they list nothing); give one.")
 
     names = sorted(PRESETS)
     if args.with_head:

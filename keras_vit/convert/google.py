@@ -16,6 +16,7 @@ import re
 
 import numpy as np
 
+from keras_vit.convert.model_map import check_tensors
 from keras_vit.convert.timm import from_timm
 
 _PREFIXES = ("opt/target/", "params/img/", "params/", "")
@@ -31,6 +32,32 @@ def _find_prefix(arrays):
     )
 
 
+# Google parameter name -> rank; a scanned model (`Transformer/encoderblock/`) stacks one more axis.
+_NPZ_RANKS = (
+    (r"MultiHeadDotProductAttention_\d/(query|key|value|out)/kernel$", 3),
+    (r"MultiHeadDotProductAttention_\d/(query|key|value)/bias$", 2),
+    (r"(Dense_\d|head|pre_logits)/kernel$", 2),
+    (r"(/bias|/scale)$", 1),
+    (r"^embedding/kernel$", 4),
+    (r"^(cls|pos_embedding|Transformer/posembed_input/pos_embedding)$", 3),
+)
+
+
+def _check_arrays(params, prefix):
+    """Float arrays of the ranks a Google ViT has, before any shape is indexed."""
+    check_tensors(params, ".npz checkpoint")  # dtypes (no name here is a timm name)
+    wrong = []
+    for name, value in params.items():
+        rank = next((r for pattern, r in _NPZ_RANKS if re.search(pattern, name)), None)
+        if rank is not None and name.startswith("Transformer/encoderblock/"):
+            rank += 1
+        if rank is not None and np.ndim(value) != rank:
+            wrong.append(f"{prefix}{name} has shape {tuple(np.shape(value))}, a ViT needs a rank-{rank} array")
+    if wrong:
+        raise ValueError("The .npz has arrays of the wrong rank: " + "; ".join(sorted(wrong)[:8])
+                         + ". The file is damaged or is not a Google ViT checkpoint.")
+
+
 def npz_to_timm(arrays):
     """Translate Google `.npz` arrays into a timm-layout state dict.
 
@@ -43,6 +70,7 @@ def npz_to_timm(arrays):
     # Outside the parameters, only optimizer state (`opt/state/...` beside
     # `opt/target/`) is expected; it is deliberately ignored.
     outside = sorted(k for k in arrays if not k.startswith(prefix) and not (prefix and k.startswith("opt/")))
+    _check_arrays(w, prefix)
     used = set()
 
     def take(name):

@@ -13,7 +13,9 @@ import re
 import numpy as np
 
 from keras_vit.convert.io import write_safetensors
-from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, model_to_timm
+from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, check_tensors, model_to_timm
+from keras_vit.utils import atomic_write
+from keras_vit.utils.files import quote
 
 # ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / STD).
 HF_DEFAULT_MEAN = (0.5, 0.5, 0.5)
@@ -129,6 +131,66 @@ def _preprocessing(preprocessor_config):
     return {"pixel_scale": scale, "pixel_mean": mean, "pixel_std": std}
 
 
+_REQUIRED_INTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+
+
+def _check_config(config):
+    missing = [key for key in _REQUIRED_INTS if key not in config]
+    if missing:
+        raise ValueError(f"The Hugging Face config.json lacks {missing}; it is not a complete ViT config.")
+    for key in _REQUIRED_INTS:
+        value = config[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"The Hugging Face config.json must give `{key}` as a positive integer. "
+                             f"Received: {key}={value!r}")
+    for key in ("image_size", "patch_size"):
+        value = config.get(key, 1)
+        values = value if isinstance(value, list) and len(value) == 2 else [value]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+            raise ValueError(f"The Hugging Face config.json must give `{key}` as a positive integer or "
+                             f"[height, width]. Received: {key}={value!r}")
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise ValueError(
+            f"The Hugging Face config.json has hidden_size={config['hidden_size']}, which "
+            f"num_attention_heads={config['num_attention_heads']} does not divide: the attention head size "
+            "is not a whole number. The config does not belong to these weights."
+        )
+
+
+def _check_config_against_weights(config, timm_state, source_size, patch_size):
+    """The config's sizes must be those of the weights; say which key disagrees."""
+    problems = []
+    weight = timm_state.get("patch_embed.proj.weight")
+    if weight is not None and np.ndim(weight) == 4:
+        if weight.shape[0] != config["hidden_size"]:
+            problems.append(f"hidden_size={config['hidden_size']} but the patch embedding has {weight.shape[0]} "
+                            "outputs")
+        if tuple(weight.shape[2:]) != tuple(patch_size):
+            problems.append(f"patch_size={list(patch_size)} but the patch embedding kernel is "
+                            f"{list(weight.shape[2:])}")
+    fc1 = timm_state.get("blocks.0.mlp.fc1.weight")
+    if fc1 is not None and np.ndim(fc1) == 2 and fc1.shape[0] != config["intermediate_size"]:
+        problems.append(f"intermediate_size={config['intermediate_size']} but the MLP has {fc1.shape[0]} units")
+    position = timm_state.get("pos_embed")
+    if position is not None and np.ndim(position) == 3 and not problems:
+        rows = (source_size[0] // patch_size[0]) * (source_size[1] // patch_size[1]) + 1
+        if position.shape[1] != rows:
+            problems.append(f"image_size={list(source_size)} with patch_size={list(patch_size)} gives {rows} "
+                            f"positions but the position embedding has {position.shape[1]}")
+    head = timm_state.get("head.weight")
+    if head is not None and np.ndim(head) == 2:
+        labels = config.get("id2label")
+        declared = len(labels) if isinstance(labels, dict) and labels else config.get("num_labels")
+        if declared is not None and declared != head.shape[0]:
+            problems.append(f"{'id2label has' if labels else 'num_labels is'} {declared} classes but the "
+                            f"classifier has {head.shape[0]} outputs")
+    if problems:
+        raise ValueError(
+            "The Hugging Face config.json disagrees with its weights: " + "; ".join(problems) + ". The config "
+            "belongs to another model, or was edited; use the config.json saved with these weights."
+        )
+
+
 def from_huggingface(
     config,
     state_dict,
@@ -138,6 +200,7 @@ def from_huggingface(
     interpolation="bicubic",
     antialias=True,
     include_head=True,
+    allow_non_finite=False,
     **overrides,
 ):
     """Build a keras_vit model from a Hugging Face `transformers` ViT.
@@ -155,8 +218,8 @@ def from_huggingface(
         preprocessor_config: dict or `None`. `preprocessor_config.json`
             (`image_mean`, `image_std`, `rescale_factor`, ...); defaults to
             `ViTImageProcessor`'s defaults (mean = std = 0.5).
-        image_size, interpolation, antialias, include_head, **overrides: as
-            in `from_timm`. Note that Hugging Face's own
+        image_size, interpolation, antialias, include_head,
+            allow_non_finite, **overrides: as in `from_timm`. Note that Hugging Face's own
             `interpolate_pos_encoding` is bicubic without antialiasing.
 
     Returns:
@@ -174,10 +237,14 @@ def from_huggingface(
             f"keras_vit's MLP uses the exact (erf) GELU; this checkpoint uses hidden_act={activation!r}, "
             "so it cannot be converted faithfully."
         )
+    _check_config(config)
+    check_tensors(state_dict, "Hugging Face checkpoint")  # dtypes, before q/k/v are fused
     num_layers = int(config["num_hidden_layers"])
     timm_state, ignored = huggingface_to_timm(state_dict)
+    check_tensors(timm_state, "Hugging Face checkpoint")  # ranks, under timm's names
     patch_size = _pair(config.get("patch_size", 16))
     source_size = _pair(config.get("image_size", 224))
+    _check_config_against_weights(config, timm_state, source_size, patch_size)
     backbone_config = {
         "image_size": source_size,
         "patch_size": patch_size,
@@ -216,6 +283,7 @@ def from_huggingface(
         interpolation=interpolation,
         antialias=antialias,
         source="Hugging Face checkpoint",
+        allow_non_finite=allow_non_finite,
     )
 
 
@@ -323,10 +391,13 @@ def export_huggingface(model, directory):
         "image_mean": mean,
         "image_std": std,
     }
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError(f"{quote(directory)} exists and is not a directory; give a directory to write to.")
     os.makedirs(directory, exist_ok=True)
+    # Each file is written whole (temporary name, then rename): a failure
+    # never leaves a half-written file behind.
+    for name, document in (("config.json", config), ("preprocessor_config.json", processor)):
+        with atomic_write(os.path.join(directory, name), "w") as handle:
+            json.dump(document, handle, indent=2)
     write_safetensors(os.path.join(directory, "model.safetensors"), out, metadata={"format": "pt"})
-    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as handle:
-        json.dump(config, handle, indent=2)
-    with open(os.path.join(directory, "preprocessor_config.json"), "w", encoding="utf-8") as handle:
-        json.dump(processor, handle, indent=2)
     return config

@@ -61,6 +61,12 @@ def hybrid_stem_spec(state_dict):
             "hybrids (vit_*_r50_*, vit_*_r26_*, vit_tiny_r_*); other CNN stems are not supported. "
             f"Backbone keys: {sorted(k for k in state_dict if k.startswith(b))[:6]}"
         )
+    wrong = [f"{key} has shape {tuple(np.shape(value))}, a rank-{rank} tensor is needed"
+             for key, value in state_dict.items() if key.startswith(b)
+             for rank in [4 if re.search(r"conv\d?\.weight$", key) else 1] if np.ndim(value) != rank]
+    if wrong:
+        raise ValueError("The hybrid checkpoint's CNN has tensors of the wrong rank: " + "; ".join(sorted(wrong)[:8])
+                         + ". The file is damaged or its CNN is not a BiT ResNet.")
     width, num_channels = (int(v) for v in np.shape(state_dict[root + "conv.weight"])[:2])
     entries = [
         (root + "conv.weight", f"{STEM_NAME}/root/conv/kernel", _conv_kernel),
@@ -126,6 +132,7 @@ def from_timm_hybrid(
     num_groups=32,
     std_conv_epsilon=1e-8,
     group_norm_epsilon=1e-5,
+    allow_non_finite=False,
     **overrides,
 ):
     """Build a hybrid keras_vit model from a timm hybrid ViT state dict.
@@ -210,6 +217,7 @@ def from_timm_hybrid(
         ignored=ignored,
         source="timm hybrid checkpoint",
         extra_weights=extra_weights,
+        allow_non_finite=allow_non_finite,
     )
 
 

@@ -8,10 +8,15 @@ pickles are refused with the command that turns them into safetensors.
 """
 
 import json
+import math
 import os
+import shlex
 import struct
 
 import numpy as np
+
+from keras_vit.utils import atomic_write
+from keras_vit.utils.files import quote
 
 PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
 
@@ -34,102 +39,253 @@ _NUMPY_TO_SAFETENSORS = {np.dtype(v).str: k for k, v in _SAFETENSORS_DTYPES.item
 # field means the first bytes are not a safetensors header at all.
 _MAX_HEADER_BYTES = 100_000_000
 
+# Metadata values that hold JSON (written by `export_timm`), checked on read.
+JSON_METADATA_KEYS = ("keras_vit_config",)
+
 
 def pickle_refusal(path):
-    """The error raised for a PyTorch pickle: why, and how to convert it."""
+    """The error raised for a PyTorch pickle: why, and how to convert it.
+
+    The suggested command is safe to paste into a POSIX shell whatever the
+    file is called: the path is a Python string literal (`repr`) inside a
+    program that is quoted as one shell word (`shlex.quote`), so a name such
+    as `x$(touch MARKER).pth` is never expanded by the shell.
+    """
+    path = os.fspath(path)
+    program = (
+        "import torch, safetensors.torch as st; "
+        f"sd = torch.load({path!r}, map_location='cpu', weights_only=True); "
+        "sd = sd.get('state_dict', sd.get('model', sd)); "
+        "st.save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors')"
+    )
     return ValueError(
-        f"{path} is a pickled PyTorch checkpoint. keras_vit never unpickles "
+        f"{quote(path)} is a pickled PyTorch checkpoint. keras_vit never unpickles "
         "files (unpickling can run arbitrary code). Convert it once to "
         "safetensors in an environment you trust, for example:\n"
-        "    python -c \"import torch, safetensors.torch as st; "
-        f"sd = torch.load('{path}', map_location='cpu', weights_only=True); "
-        "sd = sd.get('state_dict', sd.get('model', sd)); "
-        "st.save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors')\"\n"
+        f"    python -c {shlex.quote(program)}\n"
         "and pass the .safetensors file instead. For Hugging Face models, "
         "`save_pretrained(dir, safe_serialization=True)` writes model.safetensors."
     )
 
 
-def _looks_like_pickle(head):
-    # torch.save writes a zip archive (PK\x03\x04) or a raw pickle starting
-    # with the PROTO opcode 0x80.
-    return head[:4] == b"PK\x03\x04" or head[:1] == b"\x80"
+def sniff(head, size):
+    """What the first bytes of a file say it is: a container name, or `None`.
+
+    The rules are ordered so that none can refuse a valid safetensors file:
+    safetensors is recognised first, by its whole frame (an 8-byte
+    little-endian header length that fits in the file and the 100 MB limit,
+    followed by the `{` that opens the JSON header). Only bytes that are not
+    such a frame are compared with the pickle and zip signatures, so a
+    header length whose low byte is 0x80 (a pickle's PROTO opcode) or whose
+    low four bytes spell `PK\\x03\\x04` is still read as safetensors.
+
+    Args:
+        head: bytes. At least the first 9 bytes of the file (fewer for a
+            shorter file).
+        size: int. The file's size in bytes.
+
+    Returns:
+        `"safetensors"`, `"zip"` (a `torch.save` archive or an `.npz`),
+        `"hdf5"`, `"pickle"` (a raw pickle, protocol 2-5), or `None`.
+    """
+    if len(head) >= 9:
+        (length,) = struct.unpack("<Q", head[:8])
+        if 2 <= length <= _MAX_HEADER_BYTES and 8 + length <= size and head[8:9] == b"{":
+            return "safetensors"
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+        return "zip"
+    if head[:8] == b"\x89HDF\r\n\x1a\n":
+        return "hdf5"
+    # PROTO 2-5, then an opcode (never 0x00), so a truncated safetensors file
+    # with a short header (0x80, 0x02, 0x00, ...) is not called a pickle.
+    if len(head) >= 3 and head[0] == 0x80 and 2 <= head[1] <= 5 and head[2] != 0:
+        return "pickle"
+    return None
+
+
+def _zip_error(path, expected):
+    """The error for a zip archive found where `expected` was: which archive it is, and what to do."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        names = []
+    if not names or any(name.endswith(".pkl") for name in names):
+        return pickle_refusal(path)
+    if "config.json" in names and "model.weights.h5" in names:
+        return ValueError(
+            f"{quote(path)} is a Keras `.keras` archive, not a {expected} checkpoint. Load it with "
+            "`keras.saving.load_model(path)` (after `import keras_vit`)."
+        )
+    if all(name.endswith(".npy") for name in names):
+        return ValueError(f"{quote(path)} is a numpy .npz archive; give it a .npz name to load it as one.")
+    return ValueError(f"{quote(path)} is a zip archive ({names[:3]}...), not a {expected} checkpoint.")
+
+
+def _corrupt(path, what):
+    return ValueError(
+        f"{quote(path)} is not a valid safetensors file: {what}. The file is corrupt or was written "
+        "by a faulty tool; download or export it again."
+    )
+
+
+def _whole_number(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_entry(path, name, info):
+    """(dtype name, shape tuple, begin, end) of one header entry, every field checked."""
+    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+        keys = sorted(info) if isinstance(info, dict) else type(info).__name__
+        raise _corrupt(path, f"the header entry of tensor {name!r} must have exactly 'dtype', 'shape' and "
+                             f"'data_offsets'; it has {keys}")
+    dtype_name, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype_name, str):
+        raise _corrupt(path, f"tensor {name!r} has dtype {dtype_name!r}, not a dtype name")
+    if not isinstance(shape, list) or not all(_whole_number(v) and v >= 0 for v in shape):
+        raise _corrupt(path, f"tensor {name!r} has shape {shape!r}; a shape is a list of non-negative integers")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_whole_number(v) for v in offsets)
+            or not 0 <= offsets[0] <= offsets[1]):
+        raise _corrupt(path, f"tensor {name!r} has data_offsets {offsets!r}; they must be two integers "
+                             "[begin, end] with 0 <= begin <= end")
+    return dtype_name, tuple(shape), offsets[0], offsets[1]
+
+
+def _check_extents(path, extents, data_size):
+    """The tensors must tile the data section: no overlap, no gap, nothing past or short of its end."""
+    position, previous = 0, None
+    for begin, end, name in sorted(extents):
+        if begin < position:
+            raise _corrupt(path, f"tensors {previous!r} and {name!r} overlap in the data section (bytes "
+                                 f"{begin}..{position}); each byte belongs to one tensor")
+        if begin > position:
+            raise _corrupt(path, f"bytes {position}..{begin} of the data section belong to no tensor "
+                                 f"(a gap before {name!r})")
+        position, previous = end, name
+    if position > data_size:
+        raise ValueError(
+            f"{quote(path)} is truncated: tensor {previous!r} ends at byte {position} of the data section, "
+            f"which has only {data_size} bytes. Download or export it again."
+        )
+    if position < data_size:
+        raise _corrupt(path, f"the data section has {data_size} bytes but its tensors cover only {position}")
 
 
 def read_safetensors_with_metadata(path):
     """Like `read_safetensors`, also returning the file's string metadata."""
     path = os.fspath(path)
-    if path.endswith(PICKLE_SUFFIXES):
-        raise pickle_refusal(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"{quote(path)} does not exist or is not a file.")
     size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        head = handle.read(16)
+    kind = sniff(head, size)
+    if kind == "zip":
+        raise _zip_error(path, "safetensors")
+    if kind == "hdf5":
+        raise ValueError(
+            f"{quote(path)} is an HDF5 file (a Keras `.weights.h5`), not safetensors. Load it with "
+            "`model.load_weights(path)` on a model of the same architecture."
+        )
+    if kind == "pickle" or (kind is None and path.lower().endswith(PICKLE_SUFFIXES)):
+        raise pickle_refusal(path)
     if size < 8:
         raise ValueError(
-            f"{path} is not a valid safetensors file: it has {size} bytes, fewer "
+            f"{quote(path)} is not a valid safetensors file: it has {size} bytes, fewer "
             "than the 8-byte header length. The file is truncated or empty; download "
             "or export it again."
         )
+    (header_length,) = struct.unpack("<Q", head[:8])
+    if header_length > _MAX_HEADER_BYTES:
+        raise ValueError(
+            f"{quote(path)} is not a valid safetensors file: its first 8 bytes give a header "
+            f"length of {header_length} bytes. The file is corrupt or in another format."
+        )
+    if 8 + header_length > size:
+        raise ValueError(
+            f"{quote(path)} is truncated: the safetensors header needs {header_length} bytes "
+            f"but the file has only {size - 8} after the length field. Download or "
+            "export it again."
+        )
+    if kind != "safetensors":
+        raise _corrupt(path, "its header does not start with '{'")
     # Memory-mapped, so a multi-GB checkpoint is held in memory once (as the
     # copied arrays), not twice.
     data = np.memmap(path, dtype=np.uint8, mode="r")
-    if _looks_like_pickle(bytes(data[:4])):
-        raise pickle_refusal(path)
-    (header_length,) = struct.unpack("<Q", bytes(data[:8]))
-    if header_length > _MAX_HEADER_BYTES:
-        raise ValueError(
-            f"{path} is not a valid safetensors file: its first 8 bytes give a header "
-            f"length of {header_length} bytes. The file is corrupt or in another format."
-        )
-    if 8 + header_length > len(data):
-        raise ValueError(
-            f"{path} is truncated: the safetensors header needs {header_length} bytes "
-            f"but the file has only {len(data) - 8} after the length field. Download or "
-            "export it again."
-        )
     try:
         header = json.loads(bytes(data[8 : 8 + header_length]).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(
-            f"{path} is not a valid safetensors file: its header is not JSON ({error}). "
-            "The file is corrupt or in another format."
-        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise _corrupt(path, f"its header is not JSON ({error})") from None
     if not isinstance(header, dict):
-        raise ValueError(f"{path} is not a valid safetensors file: its header is not a JSON object.")
+        raise _corrupt(path, "its header is not a JSON object")
     metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise _corrupt(path, "its __metadata__ must map strings to strings")
+    for key in JSON_METADATA_KEYS:
+        if key in metadata:
+            try:
+                json.loads(metadata[key])
+            except (json.JSONDecodeError, RecursionError) as error:
+                raise _corrupt(path, f"its metadata key {key!r} is not JSON ({error})") from None
     payload = data[8 + header_length :]
+    entries = {name: _parse_entry(path, name, info) for name, info in header.items()}
+    _check_extents(path, [(begin, end, name) for name, (_, _, begin, end) in entries.items()], len(payload))
     tensors = {}
-    for name, info in header.items():
-        try:
-            dtype_name, shape, (begin, end) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{path} is corrupt: the header entry of tensor {name!r} is malformed: {info!r}") from None
-        if end > len(payload) or begin > end:
-            raise ValueError(
-                f"{path} is truncated: tensor {name!r} ends at byte {end} of the data "
-                f"section, which has only {len(payload)} bytes. Download or export it again."
-            )
-        raw = payload[begin:end]
+    for name, (dtype_name, shape, begin, end) in entries.items():
         if dtype_name == "BF16":
             dtype = np.dtype("<u2")
         elif dtype_name in _SAFETENSORS_DTYPES:
             dtype = np.dtype(_SAFETENSORS_DTYPES[dtype_name]).newbyteorder("<")
         else:
-            raise ValueError(f"{path}: tensor {name!r} has dtype {dtype_name}, which keras_vit cannot read.")
-        if raw.size % dtype.itemsize:
             raise ValueError(
-                f"{path} is corrupt: tensor {name!r} has {raw.size} bytes, not a whole number of {dtype_name}."
+                f"{quote(path)}: tensor {name!r} has dtype {dtype_name}, which keras_vit cannot read "
+                f"(readable: BF16, {', '.join(_SAFETENSORS_DTYPES)})."
             )
-        array = raw.view(dtype)
+        count = math.prod(shape)  # Python ints: no overflow for shapes like [2**32, 2**32]
+        if count * dtype.itemsize != end - begin:
+            raise _corrupt(
+                path, f"tensor {name!r} is labelled {dtype_name} with shape {list(shape)} ({count} values, "
+                      f"{count * dtype.itemsize} bytes) but its extent [{begin}, {end}) holds {end - begin} bytes"
+            )
+        array = payload[begin:end].view(dtype)
         if dtype_name == "BF16":
             array = (array.astype(np.uint32) << 16).view(np.float32)
-        count = int(np.prod(shape, dtype=np.int64))
-        if array.size != count:
-            raise ValueError(
-                f"{path} is corrupt: tensor {name!r} has {array.size} values in the file "
-                f"but its header says shape {list(shape)} ({count} values)."
-            )
         tensors[name] = np.array(array.reshape(shape), dtype=array.dtype.newbyteorder("="))
     del data, payload
     return tensors, metadata
+
+
+def check_finite(tensors, source, allow_non_finite=False):
+    """Refuse floating-point tensors holding NaN or infinity, naming them.
+
+    A checkpoint with NaN or infinite weights computes NaN for every input;
+    loading it silently only moves the failure to the first prediction.
+
+    Args:
+        tensors: dict of str to numpy arrays.
+        source: str. Names the checkpoint in the message.
+        allow_non_finite: bool. `True` skips the check (e.g. to inspect a
+            diverged run). Defaults to `False`.
+
+    Raises:
+        ValueError: listing the tensors with non-finite values and how many.
+    """
+    if allow_non_finite:
+        return
+    bad = []
+    for name, array in tensors.items():
+        array = np.asarray(array)
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            bad.append(f"{name} ({int(np.size(array) - np.isfinite(array).sum())} of {array.size} values)")
+    if bad:
+        raise ValueError(
+            f"The {source} has weights that are NaN or infinite: {', '.join(sorted(bad)[:8])}"
+            + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+            + ". A model with them outputs NaN. The training run that wrote it diverged or the file is "
+            "damaged; pass `allow_non_finite=True` to load it anyway (e.g. to inspect it)."
+        )
 
 
 def read_safetensors(path):
@@ -142,9 +298,16 @@ def read_safetensors(path):
         A dict mapping tensor names to numpy arrays (bfloat16 tensors come
         back as float32).
 
+    Every header field is checked before any data is read: dtypes and
+    shapes must agree with each tensor's byte extent, and the extents must
+    tile the data section exactly (no overlap, no gap, no bytes missing or
+    left over), as the reference `safetensors` library requires. The format
+    is recognised by its bytes, not its name (see `sniff`).
+
     Raises:
-        ValueError: if the file is truncated or corrupt, or is a PyTorch
-            pickle (the message says how to convert it).
+        ValueError: if the file is truncated or corrupt (the message names
+            the file and the tensor), or is a PyTorch pickle (the message
+            says how to convert it).
     """
     return read_safetensors_with_metadata(path)[0]
 
@@ -179,7 +342,7 @@ def write_safetensors(path, tensors, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
     encoded += b" " * (-len(encoded) % 8)  # the format aligns the data section to 8 bytes
-    with open(path, "wb") as handle:
+    with atomic_write(path) as handle:
         handle.write(struct.pack("<Q", len(encoded)))
         handle.write(encoded)
         for chunk in chunks:
@@ -193,31 +356,49 @@ def read_npz(path):
         ValueError: if the archive is damaged or holds pickled objects.
     """
     path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"{quote(path)} does not exist or is not a file.")
+    with open(path, "rb") as handle:
+        head = handle.read(16)
+    kind = sniff(head, os.path.getsize(path))
+    if kind == "pickle":
+        raise pickle_refusal(path)
+    if kind == "zip":
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as archive:
+                foreign = [name for name in archive.namelist() if not name.endswith(".npy")]
+        except (zipfile.BadZipFile, OSError):
+            foreign = []
+        if foreign:
+            raise _zip_error(path, ".npz")
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {name: np.asarray(archive[name]) for name in archive.files}
     except ValueError as error:
         if "allow_pickle" in str(error) or "Object arrays" in str(error):
             raise ValueError(
-                f"{path} holds pickled Python objects; keras_vit reads .npz files with "
+                f"{quote(path)} holds pickled Python objects; keras_vit reads .npz files with "
                 "allow_pickle=False. Save plain numeric arrays (np.savez) instead."
             ) from None
-        raise ValueError(f"{path} is not a readable .npz archive ({error}).") from None
+        raise ValueError(f"{quote(path)} is not a readable .npz archive ({error}).") from None
     except (OSError, EOFError) as error:
         raise ValueError(
-            f"{path} is not a readable .npz archive ({type(error).__name__}: {error}). "
+            f"{quote(path)} is not a readable .npz archive ({type(error).__name__}: {error}). "
             "The file is truncated or corrupt; download it again."
         ) from None
     except Exception as error:  # zipfile.BadZipFile and friends
         raise ValueError(
-            f"{path} is not a readable .npz archive ({type(error).__name__}: {error}). "
+            f"{quote(path)} is not a readable .npz archive ({type(error).__name__}: {error}). "
             "The file is truncated or corrupt; download it again."
         ) from None
 
 
 def read_json(path):
-    with open(path, encoding="utf-8") as handle:
-        try:
+    """Read a JSON config file; a damaged one gets an error naming it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
             return json.load(handle)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON ({error}).") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise ValueError(f"{quote(path)} is not valid JSON ({error}).") from None

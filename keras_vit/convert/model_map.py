@@ -7,8 +7,11 @@ assignment is strict: every model weight is set exactly once with a checked
 shape, and every source tensor is consumed or explicitly ignored.
 """
 
+import re
+
 import numpy as np
 
+from keras_vit.convert.io import check_finite
 from keras_vit.convert.resample import resample_position_embedding
 from keras_vit.models.vit_backbone import ViTBackbone
 from keras_vit.models.vit_classifier import ViTClassifier
@@ -75,6 +78,60 @@ def timm_name_map(num_layers):
     return entries
 
 
+def _rank(key, to_keras):
+    if to_keras is _patch_kernel:
+        return 4
+    if to_keras is _linear:
+        return 2
+    return 3 if key in ("cls_token", "reg_token", "pos_embed") else 1
+
+
+# timm-layout name (block names without their index) -> the rank its tensor must have.
+_RANKS = {key.replace("blocks.0.", ""): _rank(key, to_keras) for key, _, to_keras in timm_name_map(1)}
+
+
+def check_tensors(state_dict, source):
+    """Refuse tensors that cannot be ViT weights before anything indexes their shapes.
+
+    Every tensor must be floating point (an integer or boolean one means the
+    file's dtype labels are wrong, e.g. F32 bytes labelled I32), and every
+    tensor with a timm ViT name must have that weight's rank (4 for the patch
+    kernel, 3 for tokens and the position embedding, 2 for Linear weights, 1
+    for biases and norms).
+
+    Args:
+        state_dict: dict of str to arrays, timm names (other names are only
+            dtype-checked).
+        source: str. Names the checkpoint in the message.
+
+    Raises:
+        ValueError: listing the offending tensors.
+    """
+    _check_dtypes(state_dict, source)
+    wrong = []
+    for key, value in state_dict.items():
+        match = re.match(r"blocks\.\d+\.(.+)$", key)
+        rank = _RANKS.get(match.group(1) if match else key)
+        if rank is not None and np.ndim(value) != rank:
+            wrong.append(f"{key} has shape {tuple(np.shape(value))}, a ViT needs a rank-{rank} tensor")
+    if wrong:
+        raise ValueError(f"The {source} has tensors of the wrong rank: " + "; ".join(sorted(wrong)[:8])
+                         + ". The file is damaged or is not a ViT checkpoint.")
+
+
+def _check_dtypes(tensors, source):
+    # Every ViT weight is floating point; an integer or boolean tensor means the
+    # file's dtype labels are wrong (e.g. F32 bytes labelled I32), and casting
+    # it would load garbage silently.
+    wrong = sorted(f"{name} ({np.asarray(value).dtype})" for name, value in tensors.items()
+                   if np.asarray(value).dtype.kind != "f")
+    if wrong:
+        raise ValueError(
+            f"The {source} stores these weights with a non-floating-point dtype: {', '.join(wrong[:8])}. "
+            "ViT weights are floating point, so the file's dtype labels are wrong; export it again."
+        )
+
+
 def _describe(backbone_config):
     keys = ("image_size", "patch_size", "hidden_dim", "num_layers", "num_heads", "mlp_dim",
             "use_class_token", "num_register_tokens", "prefix_position_embedding")
@@ -93,6 +150,7 @@ def build_model(
     ignored=(),
     source="checkpoint",
     extra_weights=None,
+    allow_non_finite=False,
 ):
     """Build a keras_vit model and load timm-layout tensors into it, strictly.
 
@@ -111,6 +169,8 @@ def build_model(
         extra_weights: dict or `None`. Keras weight path -> array for
             weights outside the ViT name map (e.g. a hybrid's stem), already
             in Keras layout; assigned with the same checks.
+        allow_non_finite: bool. Load weights holding NaN or infinity
+            instead of refusing them. Defaults to `False`.
 
     Returns:
         A `ViTClassifier` (when `head_config` is given) or `ViTBackbone`.
@@ -165,6 +225,9 @@ def build_model(
             f"The {source} has tensors {extra} that the inferred model has no weight for "
             f"({_describe(backbone_config)}). Check the configuration passed with the checkpoint."
         )
+    check_tensors({e[0]: state_dict[e[0]] for e in entries}, source)
+    _check_dtypes(extra_weights or {}, source)
+    check_finite({**{e[0]: state_dict[e[0]] for e in entries}, **(extra_weights or {})}, source, allow_non_finite)
     assigned = set()
     mismatched = []
     values = []

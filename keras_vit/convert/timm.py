@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, model_to_timm
+from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, check_tensors, model_to_timm
 from keras_vit.models.variants import MODEL_SIZES
 
 # timm's ViT default preprocessing (`_cfg`: IMAGENET_INCEPTION_MEAN/STD).
@@ -104,6 +104,7 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
     model_args = dict(config.get("model_args") or {})
     pretrained_cfg = dict(config.get("pretrained_cfg") or {})
     _check_unsupported(state_dict)
+    check_tensors(state_dict, "timm checkpoint")
     if "patch_embed.proj.weight" not in state_dict:
         raise ValueError(
             "This is not a timm ViT state dict: it has no 'patch_embed.proj.weight'. "
@@ -217,6 +218,7 @@ def from_timm(
     antialias=True,
     include_head=True,
     source_image_size=None,
+    allow_non_finite=False,
     **overrides,
 ):
     """Build a keras_vit model from a timm ViT state dict.
@@ -240,6 +242,9 @@ def from_timm(
             a head; otherwise a `ViTBackbone`. Defaults to `True`.
         source_image_size: int, pair or `None`. The checkpoint's image size,
             for non-square checkpoints without a config.
+        allow_non_finite: bool. Load weights that hold NaN or infinity;
+            by default they are refused with an error naming them (such a
+            model outputs NaN). Defaults to `False`.
         **overrides: `ViTBackbone` / `ViTClassifier` arguments that replace
             the inferred ones (e.g. `num_heads=...`, `pixel_mean=...`,
             `activation="softmax"`).
@@ -255,7 +260,8 @@ def from_timm(
 
         return from_timm_hybrid(
             state_dict, config=config, image_size=image_size, interpolation=interpolation, antialias=antialias,
-            include_head=include_head, source_image_size=source_image_size, **overrides,
+            include_head=include_head, source_image_size=source_image_size,
+            allow_non_finite=allow_non_finite, **overrides,
         )
     backbone_config, head_config, grid, ignored = timm_spec(
         state_dict, config, include_head=include_head, source_image_size=source_image_size, **overrides
@@ -270,13 +276,28 @@ def from_timm(
         antialias=antialias,
         ignored=ignored,
         source="timm checkpoint",
+        allow_non_finite=allow_non_finite,
     )
 
 
-def timm_config_from_metadata(metadata):
+def timm_config_from_metadata(metadata, source="the checkpoint"):
     """The timm-style config stored by `export_timm` in safetensors metadata."""
     if metadata and _KERAS_VIT_METADATA in metadata:
-        return json.loads(metadata[_KERAS_VIT_METADATA])
+        try:
+            config = json.loads(metadata[_KERAS_VIT_METADATA])
+        except (TypeError, json.JSONDecodeError, RecursionError) as error:
+            raise ValueError(
+                f"The metadata key {_KERAS_VIT_METADATA!r} of {source} is not JSON ({error}); the file is "
+                "damaged. Export it again with `export_timm`."
+            ) from None
+        if not isinstance(config, dict) or not isinstance(config.get("model_args", {}), dict) or not isinstance(
+            config.get("pretrained_cfg", {}), dict
+        ):
+            raise ValueError(
+                f"The metadata key {_KERAS_VIT_METADATA!r} of {source} must hold a JSON object with "
+                "'model_args' and 'pretrained_cfg' objects; the file is damaged. Export it again."
+            )
+        return config
     return None
 
 

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.layers.patches import check_image_shape
+from keras_vit.layers.patches import check_dtype, check_image_shape
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -56,6 +56,8 @@ class ImageNormalization(keras.layers.Layer):
         return tuple(values)
 
     def _check(self, shape):
+        if shape and shape[0] == 0:
+            check_image_shape(shape, (1, 1), layer_name="The model")  # the empty-batch message
         if self.num_channels is None and self.image_size is None:
             return
         check_image_shape(shape, (1, 1), self.num_channels, layer_name="The model")
@@ -74,6 +76,7 @@ class ImageNormalization(keras.layers.Layer):
         self.built = True
 
     def call(self, images):
+        check_dtype(images, layer_name="The model")
         self._check(tuple(images.shape))
         images = ops.cast(images, self.compute_dtype)
         return images * ops.cast(self._multiplier, images.dtype) + ops.cast(self._offset, images.dtype)

@@ -26,6 +26,36 @@ def normalize_pair(value, name):
     return tuple(int(v) for v in pair)
 
 
+def _looks_channels_first(shape, num_channels):
+    # (B, C, H, W): the expected channel count second and something else
+    # last. Without a known channel count, a small axis second and a large
+    # one last only makes a hint (a hybrid's feature map can be (B, 4, 6, 128)).
+    _, second, _, last = shape
+    if second is None or last is None:
+        return False
+    if num_channels is not None:
+        return second == num_channels and last != num_channels
+    return second in (1, 3, 4) and last > 4
+
+
+def _channels_first_advice(shape, num_channels):
+    expected = "C" if num_channels is None else num_channels
+    return (
+        f"The input shape {tuple(shape)} looks channels-first (batch, channels, height, width). Transpose it "
+        f"with `ops.transpose(x, (0, 2, 3, 1))` (numpy: `np.transpose(x, (0, 2, 3, 1))`) to get "
+        f"{(shape[0], shape[2], shape[3], shape[1])}; the model takes {expected} channel(s) last."
+    )
+
+
+def check_dtype(images, layer_name="Patches"):
+    """Refuse boolean images: True/False are not pixels (a mask passed by mistake)."""
+    if keras.backend.standardize_dtype(images.dtype) == "bool":
+        raise ValueError(
+            f"{layer_name} received boolean images (shape {tuple(images.shape)}). True/False are not pixel "
+            "values; convert them first, e.g. `ops.cast(x, 'float32') * 255` for [0, 255] pixels."
+        )
+
+
 def check_image_shape(shape, patch_size, num_channels=None, layer_name="Patches"):
     """Raise a `ValueError` that names the fix if `shape` cannot be patched.
 
@@ -44,9 +74,24 @@ def check_image_shape(shape, patch_size, num_channels=None, layer_name="Patches"
             "with `images[None]` for one image, or a channel axis with "
             "`images[..., None]` for grayscale."
         )
-    _, height, width, channels = shape
+    batch, height, width, channels = shape
+    if batch == 0:
+        raise ValueError(
+            f"{layer_name} received an empty batch (shape {tuple(shape)}): there is nothing to compute. "
+            "Pass at least one image; check the filter or split that produced the batch."
+        )
+    if num_channels is not None and _looks_channels_first(shape, num_channels):
+        raise ValueError(
+            f"{layer_name} expects channels-last images (batch, height, width, channels). "
+            + _channels_first_advice(shape, num_channels)
+        )
     for size, patch, axis in ((height, patch_size[0], "height"), (width, patch_size[1], "width")):
         if size is not None and size % patch != 0:
+            if _looks_channels_first(shape, num_channels):
+                raise ValueError(
+                    f"{layer_name}: image {axis} {size} is not divisible by the patch {axis} {patch}. "
+                    + _channels_first_advice(shape, num_channels)
+                )
             raise ValueError(
                 f"Image {axis} {size} is not divisible by the patch {axis} "
                 f"{patch}. Resize or crop the images to a multiple of {patch}, "
@@ -104,6 +149,7 @@ class Patches(keras.layers.Layer):
         self.built = True
 
     def call(self, images):
+        check_dtype(images, layer_name=f"Layer '{self.name}'")
         check_image_shape(tuple(images.shape), self.patch_size, layer_name=f"Layer '{self.name}'")
         patch_h, patch_w = self.patch_size
         _, height, width, channels = images.shape

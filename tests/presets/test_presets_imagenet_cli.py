@@ -62,4 +62,4 @@ def test_predict_command(tmp_path, capsys):
     assert lines[0] == f"{image}:" and lines[1].startswith("  1. golden retriever (n02099601): 1.0000")
     assert len(lines) == 3
     assert main(["predict", str(tmp_path / "missing.jpg"), "--preset", str(tmp_path / "preset")]) == 2
-    assert "no such image file" in capsys.readouterr().out
+    assert "no such image file" in capsys.readouterr().err
