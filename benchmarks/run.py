@@ -139,7 +139,8 @@ def ceiling(args, env):
     script = os.path.join(HERE, "matmul_ceiling.py")
     runs = []
     bare = {k: v for k, v in env.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    jobs = ((args.python, env, "keras env"), (args.ref_python, env, "ref env"), (args.python, bare, "keras env, no OPENBLAS_*"))
+    jobs = ((args.python, env, "keras env"), (args.ref_python, env, "ref env"),
+            (args.python, bare, "keras env, no OPENBLAS_*"))
     for python, environment, label in jobs:
         command = [python, script, "--threads", str(args.threads), "--device", args.device]
         if label.endswith("OPENBLAS_*"):
@@ -337,7 +338,8 @@ def markdown(summary):
         rows.append("")
     first = summary.get("first_prediction")
     if first:
-        rows += ["| framework | import s | build s | first call s | total s | vs timm |", "| --- | --- | --- | --- | --- | --- |"]
+        rows += ["| framework | import s | build s | first call s | total s | vs timm |",
+                 "| --- | --- | --- | --- | --- | --- |"]
         timm = first["results"].get("timm", {}).get("total_seconds")
         for name, r in first["results"].items():
             if "error" in r:
@@ -509,7 +511,8 @@ def main(argv=None):
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
-    precisions = ["mixed_bfloat16"] if args.mixed_bfloat16 else [p.strip() for p in args.precisions.split(",") if p.strip()]
+    precisions = (["mixed_bfloat16"] if args.mixed_bfloat16
+                  else [p.strip() for p in args.precisions.split(",") if p.strip()])
     for variant in variants:
         if variant not in BATCHES:
             parser.error(f"unknown variant {variant!r}; choose from {', '.join(BATCHES)}")
