@@ -12,6 +12,7 @@ _PUBLIC = {
     "data": "keras_vit.data",
     "distribution": "keras_vit.distribution",
     "layers": "keras_vit.layers",
+    "optimizers": "keras_vit.optimizers",
     "presets": "keras_vit.presets",
     "MaskedPatchPredictor": "keras_vit.models",
     "ViTBackbone": "keras_vit.models",
@@ -45,7 +46,8 @@ def _started_as_command_line():
 if not _started_as_command_line():
     # Imported eagerly otherwise, so every layer and model is registered with
     # Keras (for `keras.saving.load_model`) as soon as `import keras_vit` runs.
-    from keras_vit import convert, data, distribution, layers, presets  # noqa: E402
+    # optimizers: its AdamW is registered for `.keras` files saved with it.
+    from keras_vit import convert, data, distribution, layers, optimizers, presets  # noqa: E402
     from keras_vit.fewshot import fewshot_evaluate  # noqa: E402
     from keras_vit.finetuning import finetune  # noqa: E402
     from keras_vit.models import (  # noqa: E402
