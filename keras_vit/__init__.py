@@ -18,6 +18,7 @@ _PUBLIC = {
     "parse_variant": "keras_vit.models",
     "variant_names": "keras_vit.models",
     "decode_predictions": "keras_vit.presets",
+    "upload_preset": "keras_vit.presets.upload",
 }
 
 
