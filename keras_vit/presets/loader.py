@@ -52,6 +52,11 @@ def _resolve(handle):
     if handle.startswith("hf://"):
         hub.parse_hub_handle(handle)
         return "hub", handle, None
+    if handle.startswith("kaggle://"):  # keras-hub presets on Kaggle (issue 16)
+        from keras_vit.presets.kaggle import parse_kaggle_handle
+
+        parse_kaggle_handle(handle)
+        return "kaggle", handle, None
     if os.path.exists(handle):
         return "local", handle, None
     close = [name for name in PRESETS if handle.lower() in name or name in handle.lower()][:5]
@@ -67,8 +72,17 @@ def _hub_files(handle, revision=None, sha256=None, weights_format=None):
     repo_id, handle_revision = hub.parse_hub_handle(handle)
     revision = handle_revision or revision
     config_path = hub.fetch(repo_id, CONFIG_FILE, revision)
+    revision = hub.commit_of(config_path) or revision  # every file from the config's commit (issue 16)
     if weights_format is None:
         weights_format = _sniff_config_format(config_path, handle)
+    if weights_format == "kerashub":  # issue 16
+        hub.fetch(repo_id, WEIGHTS_FILE, revision, sha256=sha256)
+        for optional in ("task.json", "task.weights.h5", "image_converter.json", "preprocessor.json"):
+            try:
+                hub.fetch(repo_id, optional, revision)
+            except FileNotFoundError:
+                pass
+        return "kerashub", os.path.dirname(config_path)
     if weights_format == "keras_vit":
         hub.fetch(repo_id, METADATA_FILE, revision)
         hub.fetch(repo_id, WEIGHTS_FILE, revision, sha256=sha256)
@@ -86,6 +100,8 @@ def _hub_files(handle, revision=None, sha256=None, weights_format=None):
 
 def _sniff_config_format(config_path, where):
     config = _read_json(config_path, where)
+    if str(config.get("registered_name", "")).startswith("keras_hub>"):  # issue 16
+        return "kerashub"
     if "format_version" in config and "class_name" in config:
         return "keras_vit"
     if config.get("model_type") == "vit":
@@ -100,6 +116,10 @@ def _sniff_config_format(config_path, where):
 
 def _local_format(path):
     if os.path.isdir(path):
+        from keras_vit.convert.kerashub import is_kerashub_preset  # issue 16
+
+        if is_kerashub_preset(path):
+            return "kerashub"
         names = set(os.listdir(path))
         if METADATA_FILE in names or WEIGHTS_FILE in names:
             return "keras_vit"
@@ -497,11 +517,21 @@ def load_preset(handle, target="classifier", image_size=None, num_classes=None, 
             fmt, path = _hub_files(entry["source"], entry["revision"], entry["sha256"], entry["format"])
         elif kind == "hub":
             fmt, path = _hub_files(value)
+        elif kind == "kaggle":  # issue 16
+            from keras_vit.presets.kaggle import kaggle_directory
+
+            fmt, path = "kerashub", kaggle_directory(value)
         else:
             fmt, path = value, value
             fmt = _local_format(path)
         where = handle if kind != "local" else path
-        if fmt == "keras_vit":
+        if fmt == "kerashub":  # issue 16
+            from keras_vit.convert.kerashub import load_kerashub_preset
+
+            model = load_kerashub_preset(path)
+            if not load_weights:
+                model = model.__class__.from_config(model.get_config())
+        elif fmt == "keras_vit":
             model = _load_keras_vit(path, load_weights, where)
         else:
             # A registry entry without a head (num_classes None) may still name a file that carries
