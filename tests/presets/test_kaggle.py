@@ -51,3 +51,23 @@ def test_kaggle_failures_say_what_to_do(monkeypatch):
     monkeypatch.setitem(sys.modules, "kagglehub", None)
     with pytest.raises(ImportError, match="pip install kagglehub"):
         kaggle.kaggle_directory("kaggle://keras/vit/keras/v")
+
+
+def test_from_preset_loads_keras_hub_presets_from_a_directory_the_hub_and_kaggle(monkeypatch, mirror):
+    import shutil
+
+    import keras_vit
+
+    reference = np.load(os.path.join(FIXTURES, "reference.npz"), allow_pickle=False)
+    x = reference["images"].astype("float32")
+    probabilities = np.exp(reference["logits"]) / np.exp(reference["logits"]).sum(-1, keepdims=True)
+    classifier_dir = os.path.join(FIXTURES, "vit_classifier")
+    shutil.copytree(classifier_dir, mirror.repo("keras/vit_tiny_test"), dirs_exist_ok=True)
+    monkeypatch.setattr(kaggle, "_download_model", lambda handle: classifier_dir)
+    for handle in (classifier_dir, "hf://keras/vit_tiny_test", "kaggle://keras/vit/keras/vit_tiny_test/1"):
+        model = keras_vit.ViTClassifier.from_preset(handle)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)), probabilities, atol=1e-5)
+        backbone = keras_vit.ViTBackbone.from_preset(handle)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(backbone(x)), reference["features"], atol=1e-4)
+    assert {call[1] for call in mirror.calls} == {"config.json", "model.weights.h5", "task.json", "task.weights.h5",
+                                                  "image_converter.json", "preprocessor.json"}
