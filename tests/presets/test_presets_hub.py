@@ -124,7 +124,10 @@ def test_keras_vit_preset_on_the_hub(mirror):
     x = images()
     np.testing.assert_array_equal(to_numpy(loaded(x)), to_numpy(model(x)))
     assert sorted(call[1] for call in mirror.calls) == ["config.json", "metadata.json", "model.weights.h5"]
-    assert {call[2] for call in mirror.calls} == {"v1"}
+    # The config at the revision asked for; the other files at the commit it resolved to.
+    first, *rest = mirror.calls
+    assert first[1:] == ("config.json", "v1")
+    assert {call[2] for call in rest} == {hub.commit_of(hub.fetch("someone/tiny-vit", "config.json", "v1"))}
 
 
 def test_checksum_mismatch_and_match(monkeypatch, mirror, timm_repo, isolated_cache):
