@@ -22,6 +22,7 @@ _PUBLIC = {
     "decode_predictions": "keras_vit.presets",
     "fewshot_evaluate": "keras_vit.fewshot",
     "finetune": "keras_vit.finetuning",
+    "upload_preset": "keras_vit.presets.upload",
 }
 
 
@@ -58,3 +59,4 @@ if not _started_as_command_line():
         variant_names,
     )
     from keras_vit.presets import decode_predictions  # noqa: E402
+    from keras_vit.presets.upload import upload_preset  # noqa: E402

@@ -16,6 +16,7 @@ FORMATS = {
     "timm": "a timm checkpoint: a .safetensors state dict, or a hub directory (config.json with architecture "
     "+ model.safetensors)",
     "npz": "a Google vision_transformer / big_vision .npz checkpoint",
+    "kerashub": "a keras-hub ViT preset directory (config.json naming keras_hub>ViTBackbone + model.weights.h5)",
 }
 CONFIG_FILE = "config.json"
 KERAS_VIT_FILES = ("config.json", "model.weights.h5", "metadata.json")
@@ -34,9 +35,11 @@ def detect_config_format(config, where="config.json"):
         where: str. Named in the error message.
 
     Returns:
-        `"keras_vit"`, `"huggingface"` or `"timm"`.
+        `"keras_vit"`, `"huggingface"`, `"timm"` or `"kerashub"`.
     """
     if isinstance(config, dict):
+        if str(config.get("registered_name", "")).startswith("keras_hub>"):
+            return "kerashub"
         if "format_version" in config and "class_name" in config:
             return "keras_vit"
         if "architecture" in config:
@@ -56,8 +59,8 @@ def detect_format(path):
         path: str or path-like. A file or a directory.
 
     Returns:
-        One of `FORMATS`: `"keras_vit"`, `"huggingface"`, `"timm"` or
-        `"npz"`.
+        One of `FORMATS`: `"keras_vit"`, `"huggingface"`, `"timm"`,
+        `"npz"` or `"kerashub"`.
 
     Raises:
         ValueError: for a missing path, a pickle (never loaded), or

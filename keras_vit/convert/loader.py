@@ -89,6 +89,11 @@ def load_checkpoint(
             f"{path} is a keras_vit preset, not a checkpoint to convert; load it with "
             f"`keras_vit.ViTClassifier.from_preset({path!r})` (or ViTBackbone.from_preset)."
         )
+    if fmt == "kerashub":
+        from keras_vit.convert.kerashub import load_kerashub_preset
+
+        return load_kerashub_preset(path, include_head=include_head, image_size=image_size,
+                                    activation=overrides.get("activation", "softmax"))
     if os.path.isdir(path):
         return _load_directory(path, fmt, **kwargs)
     if fmt == "npz":

@@ -4,7 +4,10 @@ A handle is one of:
 
 - a registry name (`"vit_b16_in21k_ft_in1k"`, see `keras_vit.presets.list()`);
 - `hf://org/repo` or `hf://org/repo@revision`: a hub repository holding a
-  keras_vit preset, a Hugging Face `transformers` ViT or a timm ViT;
+  keras_vit preset, a Hugging Face `transformers` ViT, a timm ViT or a
+  keras-hub ViT preset;
+- `kaggle://owner/model/framework/variation[/version]`: a keras-hub preset
+  on Kaggle, through `kagglehub`;
 - a local directory or file: anything `keras_vit.convert.formats.detect_format`
   recognises (a keras_vit preset, a Hugging Face / timm directory, a timm
   `.safetensors` or a Google `.npz` file).
@@ -26,7 +29,7 @@ def describe_handles():
 
 
 def resolve(handle):
-    """Return `(kind, value, entry)`: kind is 'registry', 'hub' or 'local'."""
+    """Return `(kind, value, entry)`: kind is 'registry', 'hub', 'kaggle' or 'local'."""
     if not isinstance(handle, (str, os.PathLike)):
         raise ValueError(f"A preset handle is {describe_handles()}. Received: {handle!r}")
     handle = os.fspath(handle)
@@ -35,6 +38,11 @@ def resolve(handle):
     if handle.startswith("hf://"):
         hub.parse_hub_handle(handle)
         return "hub", handle, None
+    if handle.startswith("kaggle://"):
+        from keras_vit.presets.kaggle import parse_kaggle_handle
+
+        parse_kaggle_handle(handle)
+        return "kaggle", handle, None
     if os.path.exists(handle):
         return "local", handle, None
     close = [name for name in PRESETS if handle.lower() in name or name in handle.lower()][:5]
@@ -50,8 +58,18 @@ def hub_files(handle, revision=None, sha256=None, weights_format=None):
     repo_id, handle_revision = hub.parse_hub_handle(handle)
     revision = handle_revision or revision
     config_path = hub.fetch(repo_id, CONFIG_FILE, revision)
+    # Every other file from the config's commit, so a push during the download cannot mix two versions.
+    revision = hub.commit_of(config_path) or revision
     if weights_format is None:
         weights_format = detect_config_format(read_json(config_path, handle), f"{handle}/{CONFIG_FILE}")
+    if weights_format == "kerashub":
+        hub.fetch(repo_id, WEIGHTS_FILE, revision, sha256=sha256)
+        for optional in ("task.json", "task.weights.h5", "image_converter.json", "preprocessor.json"):
+            try:
+                hub.fetch(repo_id, optional, revision)
+            except FileNotFoundError:
+                pass
+        return "kerashub", os.path.dirname(config_path)
     if weights_format == "keras_vit":
         hub.fetch(repo_id, METADATA_FILE, revision)
         hub.fetch(repo_id, WEIGHTS_FILE, revision, sha256=sha256)

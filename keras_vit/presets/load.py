@@ -98,12 +98,22 @@ def load_preset(handle, target="classifier", image_size=None, num_classes=None, 
             fmt, path = hub_files(entry["source"], entry["revision"], entry["sha256"], entry["format"])
         elif kind == "hub":
             fmt, path = hub_files(value)
+        elif kind == "kaggle":
+            from keras_vit.presets.kaggle import kaggle_directory
+
+            fmt, path = "kerashub", kaggle_directory(value)
         else:
             path = value
             fmt = detect_format(path)
         where = handle if kind != "local" else path
         if fmt == "keras_vit":
             model = load_keras_vit(path, load_weights, where)
+        elif fmt == "kerashub":
+            from keras_vit.convert.kerashub import load_kerashub_preset
+
+            model = load_kerashub_preset(path)
+            if not load_weights:
+                model = model.__class__.from_config(model.get_config())
         else:
             # A registry entry without a head (num_classes None) may still name a file that carries
             # an unusable one (timm's R50+ViT-B/16 in21k keeps its head but not its pre-logits layer).
