@@ -12,6 +12,8 @@ import inspect
 import keras
 
 from keras_vit.layers.patches import check_image_shape
+from keras_vit.utils.checks import check_batch as check_images_batch
+from keras_vit.utils.checks import check_pixel_range
 
 # Keras' own constructor arguments that every model keeps accepting.
 KERAS_ARGUMENTS = ("trainable",)
@@ -100,6 +102,8 @@ class ViTModel:
         shape = getattr(x, "shape", None)
         if shape is None:
             return
+        # Empty and boolean batches: the functional Input would cast booleans to float silently.
+        check_images_batch(x)
         shape = tuple(None if d is None else int(d) for d in shape)
         expected = self.image_shape()
         # Rank and channels first, with the layers' own messages.
@@ -111,6 +115,10 @@ class ViTModel:
                 f"(e.g. keras.layers.Resizing({expected[0]}, {expected[1]})), or get a model for their size "
                 "with `model.with_image_size(...)`."
             )
+        backbone = getattr(self, "backbone", self)
+        scale = float(getattr(backbone, "pixel_scale", 1.0) or 1.0)
+        # One min / max over a numpy batch; tensors and datasets are not read (a device sync).
+        check_pixel_range(x, expected_max=1.0 / scale, model=self)
         self.check_labels(y)
 
     def check_labels(self, y):

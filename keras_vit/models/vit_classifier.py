@@ -1,6 +1,7 @@
 """Image classification with a ViT backbone."""
 
 import keras
+import numpy as np
 
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.models.base import ViTModel
@@ -195,6 +196,21 @@ class ViTClassifier(ViTModel, keras.Model):
                 "`labels.argmax(-1)`), or compile with loss='categorical_crossentropy' "
                 f"(from_logits={self.activation is None})."
             )
+        if isinstance(y, np.ndarray) and y.size:
+            # Out-of-range indices are not an error inside the compiled loss on every backend
+            # (JAX gathers a clamped or NaN value and evaluate can report a loss of 0).
+            if y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.all(np.mod(y, 1) == 0)):
+                raise ValueError(
+                    f"Labels must be integer class indices; received dtype {y.dtype}. Map class names to "
+                    "indices first (e.g. with `np.unique(labels, return_inverse=True)`)."
+                )
+            low, high = int(np.min(y)), int(np.max(y))
+            if low < 0 or high >= self.num_classes:
+                raise ValueError(
+                    f"Labels must lie in [0, {self.num_classes}) for a classifier with num_classes="
+                    f"{self.num_classes}; received labels from {low} to {high}. Check the labels, or build "
+                    f"the model with more classes (`model.with_head({high + 1})`)."
+                )
 
     def get_config(self):
         return {

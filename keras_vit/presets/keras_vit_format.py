@@ -12,11 +12,13 @@ import json
 import os
 import platform
 import shutil
+import warnings
 
 import keras
 import numpy as np
 
 from keras_vit.utils import atomic_directory
+from keras_vit.utils.files import quote
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -114,6 +116,48 @@ def _json_default(value):
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# Files that hold a model of another format: a preset saved over them would hide or break it.
+_MODEL_FILE_ENDINGS = (".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".npz", ".keras", ".h5", ".msgpack")
+
+
+def _check_json_metadata(info):
+    for key, value in info.items():
+        try:
+            json.dumps(value, default=_json_default)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"The metadata field {key!r} cannot be written to {METADATA_FILE}: {error}. Pass JSON values "
+                f"(str, int, float, bool, None, lists and dicts of them). Received: {key}={value!r}"
+            ) from None
+
+
+def _check_not_another_model(directory, document):
+    """Refuse a directory that holds another model's files, which the preset would overwrite or shadow."""
+    if not os.path.isdir(directory):
+        return
+    names = set(os.listdir(directory))
+    foreign = sorted(n for n in names - set(KERAS_VIT_FILES) if n.lower().endswith(_MODEL_FILE_ENDINGS))
+    if CONFIG_FILE in names and METADATA_FILE not in names:
+        foreign = [CONFIG_FILE, *foreign]  # a Hugging Face / timm / keras-hub model's config
+    if not foreign and CONFIG_FILE in names:
+        try:
+            with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as file:
+                previous = json.load(file)
+        except (OSError, ValueError):
+            previous = None
+        if previous != json.loads(json.dumps(document, default=_json_default)):  # tuples read back as lists
+            described = previous.get("class_name") if isinstance(previous, dict) else "an unreadable config"
+            warnings.warn(
+                f"Replacing the preset in {quote(directory)} ({described}) by a different model; the old one "
+                "is gone once the save completes.", UserWarning, stacklevel=3,
+            )
+    if foreign:
+        raise ValueError(
+            f"{quote(directory)} holds another model's files ({', '.join(foreign)}); saving a preset there "
+            "would overwrite or shadow them. Save to a new or empty directory, or remove those files first."
+        )
+
+
 def save_to_preset(model, directory, **metadata):
     """Write `model` as a keras_vit preset: config.json, model.weights.h5, metadata.json.
 
@@ -148,6 +192,8 @@ def save_to_preset(model, directory, **metadata):
         **metadata,
     }
     directory = os.fspath(directory)
+    _check_json_metadata(info)
+    _check_not_another_model(directory, document)
     with atomic_directory(directory) as staging:
         # Other files in an existing directory (a README, a model card) are kept.
         if os.path.isdir(directory):
