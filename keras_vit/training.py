@@ -11,6 +11,7 @@ import time
 import keras
 import numpy as np
 
+from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
 from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.utils import atomic_directory, atomic_write, check_writable
 from keras_vit.utils.files import quote
@@ -145,28 +146,6 @@ CHECKPOINT_WEIGHTS = "checkpoint.weights.h5"
 CHECKPOINT_STATE = "state.json"
 
 
-def _global_rng_state():
-    """The backend's global generator where Keras layers draw from it (torch: unseeded dropout).
-
-    Keras' `Dropout` without a seed takes torch's fast path, which draws from
-    torch's global generator instead of the layer's `SeedGenerator`; the
-    checkpoint keeps that generator's state so a resumed run drops the same
-    units. (JAX and TensorFlow draw from the layers' own seed states.)
-    """
-    if keras.backend.backend() != "torch":
-        return None
-    import torch  # optional integration: only on the torch backend
-
-    return torch.get_rng_state().tolist()
-
-
-def _set_global_rng_state(state):
-    if state is not None and keras.backend.backend() == "torch":
-        import torch
-
-        torch.set_rng_state(torch.tensor(state, dtype=torch.uint8))
-
-
 def _seed_states(model):
     """The model's random-number states (dropout, drop path, corruption), not part of its weights."""
     weights = {id(variable) for variable in model.weights}
@@ -227,7 +206,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         if getattr(self, "_pending_global_rng", None) is not None:
-            _set_global_rng_state(self._pending_global_rng)
+            set_global_rng_state(self._pending_global_rng)
             self._pending_global_rng = None
 
     def on_epoch_end(self, epoch, logs=None):
@@ -237,7 +216,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
             "epoch": epoch + 1,
             "settings": self.settings,
             "seed_states": [keras.ops.convert_to_numpy(v.value).tolist() for v in _seed_states(self.model)],
-            "global_rng": _global_rng_state(),
+            "global_rng": global_rng_state(),
             "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
         }
         with atomic_directory(self.directory) as staging:

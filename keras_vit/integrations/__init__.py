@@ -1,0 +1,6 @@
+"""Optional integrations with one framework, imported only when that backend runs.
+
+The model code uses `keras.ops` alone; what Keras leaves to the framework and
+a feature needs anyway (the global random generator that resuming a torch run
+must restore) lives here, each import of the framework inside a function.
+"""
