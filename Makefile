@@ -27,7 +27,8 @@ test: $(STAMP)
 		KERAS_BACKEND=$$backend $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || status=1; \
 	done; exit $$status
 
-test-%: $(STAMP)
+# A static pattern rule: make skips implicit rules for .PHONY targets, so `test-%` alone never ran.
+$(addprefix test-,$(BACKENDS)): test-%: $(STAMP)
 	KERAS_BACKEND=$* $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # Side environment with timm (needs a CUDA build of torch for torchvision): fixtures and benchmarks only.

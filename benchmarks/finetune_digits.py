@@ -60,7 +60,7 @@ def measure(args):
     augment = AugmentPolicy(crop_scale=(0.6, 1.0), flip=False)
     result = {"backend": keras.backend.backend(), "keras": keras.__version__, "cpu": _cpu(),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "epochs": args.epochs,
-              "pretrain_epochs": args.pretrain_epochs, "batch_size": args.batch_size, "rows": {}}
+              "pretrain_epochs": args.pretrain_epochs, "batch_size": args.batch_size, "seed": args.seed, "rows": {}}
 
     # --- Input pipeline throughput, one decoding thread.
     for size in (8, 16):
@@ -123,7 +123,9 @@ def markdown(paths):
         with open(path) as file:
             results.append(json.load(file))
     names = list(results[0]["rows"])
-    header = "| | " + " | ".join(r["backend"] for r in results) + " |"
+    seeds = {r.get("seed", 0) for r in results}
+    header = "| | " + " | ".join(r["backend"] + (f", seed {r.get('seed', 0)}" if len(seeds) > 1 else "")
+                                 for r in results) + " |"
     lines = [header, "|---" * (len(results) + 1) + "|"]
     for name in names:
         cells = []
