@@ -24,23 +24,15 @@ files of several backends.
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402
 
-def _cpu():
-    try:
-        with open("/proc/cpuinfo") as file:
-            for line in file:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def measure(args):
@@ -58,7 +50,7 @@ def measure(args):
     # Digits are not mirror-symmetric and fill their 8x8 frame: no flip, and a
     # milder crop than big_vision's 5% minimum area.
     augment = AugmentPolicy(crop_scale=(0.6, 1.0), flip=False)
-    result = {"backend": keras.backend.backend(), "keras": keras.__version__, "cpu": _cpu(),
+    result = {"backend": keras.backend.backend(), "keras": keras.__version__, "cpu": common.host_info()["cpu"],
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "epochs": args.epochs,
               "pretrain_epochs": args.pretrain_epochs, "batch_size": args.batch_size, "seed": args.seed, "rows": {}}
 

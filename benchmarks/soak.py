@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 
+import common  # benchmarks/ is this script's directory, first on sys.path
+
 BACKENDS = ("jax", "torch", "tensorflow")
 _PACKAGES = {"jax": "jax", "torch": "torch", "tensorflow": "tensorflow"}
 
@@ -42,16 +44,6 @@ def resident_mib():
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
-
-def _host():
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def soak_one(steps, steps_per_epoch, batch_size, seed):
@@ -105,7 +97,7 @@ def soak_one(steps, steps_per_epoch, batch_size, seed):
         "rss_growth": (rss[-1] - rss[0]) / rss[0],
         "seconds": round(times[-1] - start, 1),
         "steps_per_second_after_warmup": round((epochs - 1) * steps_per_epoch / steady, 1) if epochs > 1 else None,
-        "host": _host(),
+        "host": common.host_info()["cpu"],
         "versions": {"keras": keras.__version__, "python": platform.python_version()},
     }
 
