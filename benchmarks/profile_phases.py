@@ -18,11 +18,17 @@ For jax it also prints the compiled programs' FLOP counts (XLA's own cost
 analysis), the GFLOP/s each phase reaches, and how many dot, convolution,
 transpose and copy instructions the optimized programs hold (transposes and
 copies are where a layout costs time). Pass XLA_FLAGS in the environment to
-compare compiler settings. Medians of `--repeats` calls after `--warmup`, with
+compare compiler settings. `--trace DIR` also records the gradient program
+with `jax.profiler` (XLA's per-thunk trace events switched on) and prints
+the time per kind of compiled operation (matmul fusions, copies, ...). Medians of `--repeats` calls after `--warmup`, with
 the process's CPU seconds per call beside wall-clock.
 """
 
 import argparse
+import collections
+import glob
+import gzip
+import json
 import os
 import re
 import statistics
@@ -62,8 +68,30 @@ def flops_of(compiled):
     return float((analysis or {}).get("flops", 0.0))
 
 
+def thunk_time_by_kind(trace_dir, calls):
+    """Milliseconds per call spent in each kind of XLA CPU thunk, from a perfetto trace.
+
+    Thunk names are the compiled program's instruction names (`ynn_fusion.40`,
+    `copy_bitcast_fusion.3`, ...); the numeric suffix is dropped to group them.
+    """
+    (path,) = glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True)[-1:]
+    with gzip.open(path) as file:
+        trace = json.load(file)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    runtime = ("ThunkExecutor", "SlinkyThreadPool", "PjitFunction", "CommonPjRt", "end: ")
+    kinds = collections.Counter()
+    for event in events:
+        name = event.get("name", "")
+        if event.get("ph") != "X" or name.startswith("$") or name.startswith(runtime):
+            continue
+        kinds[re.sub(r"[._]?\d+$", "", name)] += event.get("dur", 0) / 1e3 / calls
+    return kinds
+
+
 def keras_phases(args):
     os.environ.setdefault("KERAS_BACKEND", "jax")
+    if args.trace:  # must be set before jax starts XLA
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
     import jax
     import keras
     import numpy as np
@@ -107,6 +135,16 @@ def keras_phases(args):
         compiled = fn.lower(*inputs).compile()
         wall, cpu = timed(lambda: compiled(*inputs), args.warmup, args.repeats, jax.block_until_ready)
         rows[name] = {"wall": wall, "cpu": cpu, "flops": flops_of(compiled), "hlo": hlo_histogram(compiled)}
+    if args.trace:  # before train_on_batch, which donates the variables' buffers
+        gradients, inputs = programs["loss+grad"]
+        with jax.profiler.trace(args.trace, create_perfetto_trace=True):
+            for _ in range(args.repeats):
+                jax.block_until_ready(gradients(*inputs))
+        kinds = thunk_time_by_kind(args.trace, args.repeats)
+        total = sum(kinds.values())
+        print(f"loss+grad by kind of compiled operation (ms per call, {total:.1f} in all):")
+        for kind, ms in kinds.most_common(12):
+            print(f"  {ms:8.1f}  {100 * ms / total:5.1f}%  {kind}")
     wall, cpu = timed(lambda: model.train_on_batch(images, labels), args.warmup, args.repeats)
     rows["step (train_on_batch)"] = {"wall": wall, "cpu": cpu}
     return f"keras_vit[jax {jax.__version__}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}]", rows
@@ -154,6 +192,7 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (jax: XLA_FLAGS)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--trace", metavar="DIR", help="jax: trace the gradient program into DIR and summarise it")
     args = parser.parse_args(argv)
 
     label, rows = (keras_phases if args.impl == "keras" else timm_phases)(args)
