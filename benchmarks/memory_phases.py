@@ -7,7 +7,7 @@
 reached: after the imports, the model's build and compile, the first and
 fifth `predict_on_batch`, the first and fifth `train_on_batch` (the same
 calls, batches and optimizer as `benchmarks/keras_worker.py`). Each line is
-the resident size and the peak so far, in MiB (Linux `/proc/self/status`).
+the resident size and the peak so far, in MiB.
 Run it again with allocator settings in the environment (`MALLOC_ARENA_MAX`,
 ...) or with `--jit-compile false` to see what they change; with
 `--jax-cache DIR` run twice, the second time without any compilation.
@@ -20,16 +20,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402
+
 
 def resident_and_peak_mib():
-    """`(VmRSS, VmHWM)` of this process in MiB."""
-    values = {}
-    with open("/proc/self/status") as status:
-        for line in status:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(value.split()[0]) // 1024
-    return values["VmRSS"], values["VmHWM"]
+    """`(resident, peak so far)` of this process in MiB."""
+    return common.current_rss_mib(), common.peak_rss_mib()
 
 
 def main(argv=None):
@@ -79,7 +75,7 @@ def main(argv=None):
           f"MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX')}, XLA_FLAGS={os.environ.get('XLA_FLAGS')!r}")
     print(f"{'after':<22}{'resident MiB':>14}{'peak MiB':>10}")
     for name, resident, peak in phases:
-        print(f"{name:<22}{resident:>14}{peak:>10}")
+        print(f"{name:<22}{resident:>14.0f}{peak:>10.0f}")
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ transpose and copy instructions the optimized programs hold (transposes and
 copies are where a layout costs time). Pass XLA_FLAGS in the environment to
 compare compiler settings. `--trace DIR` also records the gradient program
 with `jax.profiler` (XLA's per-thunk trace events switched on) and prints
-the time per kind of compiled operation (matmul fusions, copies, ...). Medians of `--repeats` calls after `--warmup`, with
-the process's CPU seconds per call beside wall-clock.
+the time per kind of compiled operation (matmul fusions, copies, ...).
+Medians of `--repeats` calls after `--warmup`, with the process's CPU seconds
+per call beside wall-clock.
 """
 
 import argparse
@@ -33,23 +34,17 @@ import os
 import re
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402
+
 
 def timed(fn, warmup, repeats, sync=lambda result: result):
-    """Median wall and CPU seconds of `repeats` calls after `warmup` calls."""
-    for _ in range(warmup):
-        sync(fn())
-    walls, cpus = [], []
-    for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.process_time()
-        sync(fn())
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    return statistics.median(walls), statistics.median(cpus)
+    """Median wall and CPU seconds of `repeats` calls after `warmup` calls (`sync` waits for the result)."""
+    wall, cpu = common.time_calls(lambda: sync(fn()), warmup, repeats)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def hlo_histogram(compiled):
