@@ -35,7 +35,7 @@ def main(argv=None):
     import keras
 
     from keras_vit.data import load_digits_split
-    from keras_vit.training import build_digits_classifier, train_classifier
+    from keras_vit.workflows.training import build_digits_classifier, train_classifier
 
     fit_options = {
         name: value

@@ -86,7 +86,7 @@ def main(argv=None):
     )
     parser.add_argument(
         "--optimizer", default="keras_vit", choices=("keras_vit", "keras"),
-        help="keras_vit.optimizers.AdamW (fused update on torch) or keras.optimizers.AdamW.",
+        help="keras_vit.workflows.optimizers.AdamW (fused update on torch) or keras.optimizers.AdamW.",
     )
     args = parser.parse_args(argv)
     jit_compile = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
@@ -109,7 +109,7 @@ def main(argv=None):
     # which would add ~400 MiB to every backend's peak memory.
     model = ViTClassifier.from_variant(args.variant, num_classes=common.NUM_CLASSES, activation=None)
     if args.optimizer == "keras_vit":
-        from keras_vit.optimizers import AdamW
+        from keras_vit.workflows.optimizers import AdamW
     else:
         AdamW = keras.optimizers.AdamW
     model.compile(

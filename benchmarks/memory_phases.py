@@ -49,7 +49,7 @@ def main(argv=None):
 
     from keras_worker import set_threads
     from keras_vit.models import ViTClassifier
-    from keras_vit.optimizers import AdamW
+    from keras_vit.workflows.optimizers import AdamW
 
     set_threads(keras.backend.backend(), args.threads)
     phases.append(("imports", *resident_and_peak_mib()))

@@ -31,8 +31,8 @@ import numpy as np  # noqa: E402
 
 from keras_vit.data import load_digits_split  # noqa: E402
 from keras_vit.models.vit_classifier import ViTClassifier  # noqa: E402
-from keras_vit.pretraining import build_digits_predictor, pretrain_predictor  # noqa: E402
-from keras_vit.training import build_digits_classifier, train_classifier  # noqa: E402
+from keras_vit.workflows.pretraining import build_digits_predictor, pretrain_predictor  # noqa: E402
+from keras_vit.workflows.training import build_digits_classifier, train_classifier  # noqa: E402
 
 
 def labelled_subset(labels, fraction, seed):

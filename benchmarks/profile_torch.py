@@ -26,7 +26,7 @@ def main(argv=None):
     parser.add_argument("--mode", choices=("forward", "train", "both"), default="both")
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--optimizer", choices=("keras_vit", "keras"), default="keras_vit",
-                        help="keras_vit: keras_vit.optimizers.AdamW (fused on torch); keras: keras.optimizers.AdamW")
+                        help="keras_vit: keras_vit.workflows.optimizers.AdamW (fused on torch); keras: keras.optimizers.AdamW")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -38,7 +38,7 @@ def main(argv=None):
         import keras
 
         from keras_vit.models import ViTClassifier
-        from keras_vit.optimizers import AdamW
+        from keras_vit.workflows.optimizers import AdamW
 
         model = ViTClassifier.from_variant(args.variant, activation=None)
         optimizer = AdamW(1e-4) if args.optimizer == "keras_vit" else keras.optimizers.AdamW(1e-4)

@@ -480,7 +480,7 @@ def main(argv=None):
                              "the references under torch.autocast(bfloat16)); one table each.")
     parser.add_argument("--mixed-bfloat16", action="store_true", help="Same as --precisions mixed_bfloat16.")
     parser.add_argument("--optimizer", default="keras_vit", choices=("keras_vit", "keras"),
-                        help="keras_vit's AdamW: keras_vit.optimizers.AdamW (fused update on torch, the default) "
+                        help="keras_vit's AdamW: keras_vit.workflows.optimizers.AdamW (fused update on torch, the default) "
                              "or keras.optimizers.AdamW.")
     parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
                         help="gpu: the accelerator (CUDA torch; jax / tensorflow with a GPU). Stops with a clear "

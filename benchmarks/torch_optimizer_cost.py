@@ -2,12 +2,12 @@
 
 Keras' AdamW on torch updates all weights at once with `torch._foreach_*`
 ops; every intermediate list they make is as large as the model.
-`keras_vit.optimizers.AdamW` calls torch's fused Adam kernel instead. This
+`keras_vit.workflows.optimizers.AdamW` calls torch's fused Adam kernel instead. This
 runs the same ViT's training step with each optimizer, each in its own
 process (peak memory is per process), and prints the step time and peak RSS:
 
 - `keras_adamw`, `keras_vit_adamw`, `sgd`: `model.train_on_batch` with
-  `keras.optimizers.AdamW`, `keras_vit.optimizers.AdamW`, `keras.optimizers.SGD`;
+  `keras.optimizers.AdamW`, `keras_vit.workflows.optimizers.AdamW`, `keras.optimizers.SGD`;
 - `torch_adamw`: a hand-written loop over the same Keras model (forward,
   cross-entropy, backward) with `torch.optim.AdamW` (torch's default for CPU
   tensors) on the model's torch parameters: what timm users run.
@@ -39,7 +39,7 @@ def measure(args):
 
     torch.set_num_threads(args.threads)
     from keras_vit.models import ViTClassifier
-    from keras_vit.optimizers import AdamW
+    from keras_vit.workflows.optimizers import AdamW
 
     model = ViTClassifier.from_variant(args.variant, num_classes=common.NUM_CLASSES, activation=None)
     rng = np.random.default_rng(0)

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit.data import load_digits_split  # noqa: E402
-from keras_vit.training import build_optimizer  # noqa: E402
+from keras_vit.workflows.training import build_optimizer  # noqa: E402
 
 SEED = 0
 LABEL_FRACTION = 0.1

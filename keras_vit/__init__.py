@@ -12,7 +12,7 @@ _PUBLIC = {
     "data": "keras_vit.data",
     "distribution": "keras_vit.distribution",
     "layers": "keras_vit.layers",
-    "optimizers": "keras_vit.optimizers",
+    "optimizers": "keras_vit.workflows.optimizers",
     "presets": "keras_vit.presets",
     "MaskedPatchPredictor": "keras_vit.models",
     "ViTBackbone": "keras_vit.models",
@@ -20,8 +20,8 @@ _PUBLIC = {
     "parse_variant": "keras_vit.models",
     "variant_names": "keras_vit.models",
     "decode_predictions": "keras_vit.presets",
-    "fewshot_evaluate": "keras_vit.fewshot",
-    "finetune": "keras_vit.finetuning",
+    "fewshot_evaluate": "keras_vit.workflows.fewshot",
+    "finetune": "keras_vit.workflows.finetuning",
     "upload_preset": "keras_vit.presets.upload",
 }
 
@@ -30,7 +30,8 @@ def __getattr__(name):
     if name not in _PUBLIC:
         raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
     module = _importlib.import_module(_PUBLIC[name])
-    value = module if module.__name__ == f"keras_vit.{name}" else getattr(module, name)
+    # A submodule is served under its short name (`keras_vit.optimizers` is keras_vit.workflows.optimizers).
+    value = module if module.__name__.rsplit(".", 1)[-1] == name else getattr(module, name)
     globals()[name] = value
     return value
 
@@ -48,9 +49,10 @@ if not _started_as_command_line():
     # Imported eagerly otherwise, so every layer and model is registered with
     # Keras (for `keras.saving.load_model`) as soon as `import keras_vit` runs.
     # optimizers: its AdamW is registered for `.keras` files saved with it.
-    from keras_vit import convert, data, distribution, layers, optimizers, presets  # noqa: E402
-    from keras_vit.fewshot import fewshot_evaluate  # noqa: E402
-    from keras_vit.finetuning import finetune  # noqa: E402
+    from keras_vit import convert, data, distribution, layers, presets  # noqa: E402
+    from keras_vit.workflows import optimizers  # noqa: E402
+    from keras_vit.workflows.fewshot import fewshot_evaluate  # noqa: E402
+    from keras_vit.workflows.finetuning import finetune  # noqa: E402
     from keras_vit.models import (  # noqa: E402
         MaskedPatchPredictor,
         ViTBackbone,

@@ -81,7 +81,7 @@ def test_training_commands_check_arguments_before_training(command, flags, messa
 def test_train_resumes_from_its_checkpoint(tmp_path):
     """Interrupted after its first epoch's checkpoint, a run continues to the uninterrupted run's weights."""
     from keras_vit.data import load_digits_split
-    from keras_vit.training import build_digits_classifier, train_classifier
+    from keras_vit.workflows.training import build_digits_classifier, train_classifier
 
     (x_train, y_train), test = load_digits_split(seed=0)
     train = (x_train[:160], y_train[:160])
@@ -99,19 +99,19 @@ def test_train_resumes_from_its_checkpoint(tmp_path):
 
     killed = build_digits_classifier(seed=0, **small)
     run_dir = str(tmp_path / "b")
-    original = keras_vit.training.fit_resumable
+    original = keras_vit.workflows.training.fit_resumable
 
     def with_stop(*args, **kwargs):
         kwargs["callbacks"] = [Stop()]
         return original(*args, **kwargs)
 
-    keras_vit.training.fit_resumable = with_stop
+    keras_vit.workflows.training.fit_resumable = with_stop
     try:
         with pytest.raises(KeyboardInterrupt):
             train_classifier(killed, train, test, epochs=2, batch_size=32, seed=0, verbose=0, run_dir=run_dir,
                              settings=settings)
     finally:
-        keras_vit.training.fit_resumable = original
+        keras_vit.workflows.training.fit_resumable = original
     resumed = build_digits_classifier(seed=0, **small)  # a new process would build the model again
     result = train_classifier(resumed, train, test, epochs=2, batch_size=32, seed=0, verbose=0, run_dir=run_dir,
                               settings=settings)
@@ -121,7 +121,7 @@ def test_train_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_save_is_atomic(tmp_path):
-    from keras_vit.training import build_digits_classifier, save_model
+    from keras_vit.workflows.training import build_digits_classifier, save_model
 
     path = str(tmp_path / "m.keras")
     model = build_digits_classifier(seed=0, num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)

@@ -1,4 +1,4 @@
-"""keras_vit.optimizers.AdamW trains exactly like keras.optimizers.AdamW (issue 17).
+"""keras_vit.workflows.optimizers.AdamW trains exactly like keras.optimizers.AdamW (issue 17).
 
 On torch it takes torch's fused Adam kernel; on jax and tensorflow it is
 Keras' own. The weights after a few `fit` steps are compared with Keras'
@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.optimizers import AdamW
+from keras_vit.workflows.optimizers import AdamW
 
 
 def _model(seed=0):

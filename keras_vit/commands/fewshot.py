@@ -28,7 +28,7 @@ def _load(preset, image_size):
             raise ValueError(f"No such .keras file: {preset}")
         model = keras.saving.load_model(preset, compile=False)
         if image_size is not None:
-            from keras_vit.finetuning import _backbone_at
+            from keras_vit.workflows.finetuning import _backbone_at
 
             model = _backbone_at(getattr(model, "backbone", model), image_size)
         return model
@@ -38,7 +38,7 @@ def _load(preset, image_size):
 def run(args):
     import math
 
-    from keras_vit.fewshot import fewshot_evaluate_folder
+    from keras_vit.workflows.fewshot import fewshot_evaluate_folder
 
     try:
         shots = [int(value) for value in args.shots.split(",") if value.strip()]

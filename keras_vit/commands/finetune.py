@@ -49,7 +49,7 @@ def add_arguments(parser):
 
 def run(args):
     from keras_vit.data import AugmentPolicy
-    from keras_vit.finetuning import finetune
+    from keras_vit.workflows.finetuning import finetune
 
     augment = AugmentPolicy(crop=not args.no_crop, flip=not args.no_flip, randaugment=args.randaugment,
                             mixup=args.mixup, cutmix=args.cutmix)

@@ -70,8 +70,8 @@ def run(args):
 
     from keras_vit.commands.train import check_arguments, run_settings
     from keras_vit.data import load_digits_split
-    from keras_vit.pretraining import build_digits_predictor, pretrain_predictor
-    from keras_vit.training import default_run_dir, save_model
+    from keras_vit.workflows.pretraining import build_digits_predictor, pretrain_predictor
+    from keras_vit.workflows.training import default_run_dir, save_model
 
     check_arguments(args)
     overrides = {}

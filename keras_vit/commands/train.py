@@ -3,7 +3,7 @@
 import os
 import sys
 
-from keras_vit.training import DIGITS_MODEL
+from keras_vit.workflows.training import DIGITS_MODEL
 
 
 def add_arguments(parser):
@@ -39,7 +39,7 @@ def add_arguments(parser):
 
 def check_arguments(args):
     """The checks every training command makes before any work: numbers, and the output path."""
-    from keras_vit.training import check_training_arguments
+    from keras_vit.workflows.training import check_training_arguments
 
     check_training_arguments(
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
@@ -87,13 +87,13 @@ def _run(args, distribution=None):
     import numpy as np
 
     from keras_vit.data import load_digits_split
-    from keras_vit.training import build_digits_classifier, train_classifier
+    from keras_vit.workflows.training import build_digits_classifier, train_classifier
 
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed=args.seed)
     image_size = args.image_size or (DIGITS_MODEL["image_size"] if args.variant is None else 32)
     pretrained = None
     if getattr(args, "init_from", None):
-        from keras_vit.pretraining import load_pretrained_backbone
+        from keras_vit.workflows.pretraining import load_pretrained_backbone
 
         if args.variant is not None:
             print("error: --init-from takes its architecture from the file; drop --variant.")
@@ -137,7 +137,7 @@ def _run(args, distribution=None):
           f"{len(x_train)} training and {len(x_test)} held-out digits.")
     if distribution is not None:
         print(f"Distributed ({args.distribute} parallel): {_describe(distribution)}")
-    from keras_vit.training import default_run_dir, save_model
+    from keras_vit.workflows.training import default_run_dir, save_model
 
     run_dir = getattr(args, "run_dir", None) or default_run_dir(args.save)
     if run_dir is None:

@@ -85,7 +85,7 @@ def _fake_training(monkeypatch, record):
         record["train_size"] = len(train_data[0])
         return {"accuracy": 1.0, "loss": 0.0, "seconds": 0.0}
 
-    monkeypatch.setattr("keras_vit.training.train_classifier", train_classifier)
+    monkeypatch.setattr("keras_vit.workflows.training.train_classifier", train_classifier)
 
 
 @pytest.mark.parametrize("kind", ["data", "model"])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.fewshot import (
+from keras_vit.workflows.fewshot import (
     BIAS_CONSTANT,
     DEFAULT_L2_REG,
     extract_features,

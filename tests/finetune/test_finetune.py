@@ -9,7 +9,7 @@ import pytest
 
 import keras_vit
 from keras_vit import cli
-from keras_vit.finetuning import build_recipe_optimizer
+from keras_vit.workflows.finetuning import build_recipe_optimizer
 from tests.finetune.helpers import tiny_backbone_file, write_folder
 
 
@@ -72,7 +72,7 @@ def test_finetune_at_a_higher_resolution_writes_a_preset_with_class_names(folder
     with open(os.path.join(output + ".run", "log.csv")) as file:
         assert len(file.read().splitlines()) == 3  # header + one row per epoch
     # The head is the paper's new zero-initialised layer: before any step, every class is equally likely.
-    fresh = keras_vit.finetuning.load_for_finetuning(3, preset=source, image_size=16)
+    fresh = keras_vit.workflows.finetuning.load_for_finetuning(3, preset=source, image_size=16)
     probabilities = np.asarray(fresh.predict(np.zeros((1, 16, 16, 3)), verbose=0))
     np.testing.assert_allclose(probabilities, 1 / 3, atol=1e-6)
 
@@ -90,7 +90,7 @@ def test_finetune_command_with_mixup(folder, tmp_path, capsys):
 
 
 def test_a_backup_from_other_settings_is_not_resumed(tmp_path):
-    from keras_vit.training import EpochCheckpoint
+    from keras_vit.workflows.training import EpochCheckpoint
 
     model = keras_vit.ViTClassifier.from_variant("ViT-Ti/16", image_size=8, patch_size=4, hidden_dim=16,
                                                  num_layers=1, num_heads=2, mlp_dim=16, num_classes=2)

@@ -7,7 +7,7 @@ from keras import ops
 
 import keras_vit
 import keras_vit.data
-import keras_vit.pretraining
+import keras_vit.workflows.pretraining
 from keras_vit import cli
 
 TINY = {"variant": "ViT-Ti/16", "image_size": 8, "num_channels": 1, "patch_size": 2,
@@ -23,7 +23,7 @@ def few_digits(monkeypatch):
         return (x_train[:48], y_train[:48]), (x_test[:16], y_test[:16])
 
     monkeypatch.setattr(keras_vit.data, "load_digits_split", small_split)
-    monkeypatch.setattr(keras_vit.pretraining, "DIGITS_MODEL", TINY)
+    monkeypatch.setattr(keras_vit.workflows.pretraining, "DIGITS_MODEL", TINY)
 
 
 @pytest.mark.slow
@@ -39,7 +39,7 @@ def test_pretrain_then_fine_tune_from_it(tmp_path, few_digits, capsys):
     # Re-compiled on load with the optimizer state: 48 images / 16 per batch = 3 steps.
     assert int(ops.convert_to_numpy(predictor.optimizer.iterations)) == 3
     # `fit(images)` trained the backbone: it left the seed-0 initialisation.
-    untrained = keras_vit.pretraining.build_digits_predictor(seed=0)
+    untrained = keras_vit.workflows.pretraining.build_digits_predictor(seed=0)
     moved = [
         np.abs(ops.convert_to_numpy(a) - ops.convert_to_numpy(b)).max()
         for a, b in zip(untrained.backbone.trainable_weights, predictor.backbone.trainable_weights)
@@ -62,11 +62,11 @@ def test_pretrain_then_fine_tune_from_it(tmp_path, few_digits, capsys):
 
 def test_init_from_rejects_what_it_cannot_use(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"\.keras"):
-        keras_vit.pretraining.load_pretrained_backbone(str(tmp_path / "weights.npz"))
+        keras_vit.workflows.pretraining.load_pretrained_backbone(str(tmp_path / "weights.npz"))
     rgb = keras_vit.ViTBackbone(image_size=8, patch_size=2, num_channels=3, hidden_dim=16, num_layers=1,
                                 num_heads=2, mlp_dim=32)
     path = str(tmp_path / "rgb.keras")
     rgb.save(path)
-    assert keras_vit.pretraining.load_pretrained_backbone(path).input_shape == (None, 8, 8, 3)
+    assert keras_vit.workflows.pretraining.load_pretrained_backbone(path).input_shape == (None, 8, 8, 3)
     assert cli.main(["train", "--init-from", path, "--epochs", "1"]) == 2
     assert "takes 8x8x3 images" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import keras
 from keras_vit.models.masked_patch_predictor import MaskedPatchPredictor
 from keras_vit.models.vit_backbone import ViTBackbone
 from keras_vit.models.vit_classifier import ViTClassifier
-from keras_vit.training import DIGITS_MODEL, build_optimizer, check_training_arguments, fit_resumable
+from keras_vit.workflows.training import DIGITS_MODEL, build_optimizer, check_training_arguments, fit_resumable
 
 
 def build_digits_predictor(seed=0, target="mean_color", corruption_rate=0.5, mask_rate=0.8,
@@ -62,7 +62,7 @@ def pretrain_predictor(
         seed: int. Seeds Keras, numpy and the backend. Defaults to `0`.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
         run_dir: str or `None`. Checkpoint every epoch here and resume from
-            it (see `keras_vit.training.fit_resumable`). Defaults to `None`.
+            it (see `keras_vit.workflows.training.fit_resumable`). Defaults to `None`.
         settings: dict. The run's settings, checked when resuming.
 
     Returns:

@@ -139,7 +139,7 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
         return ViTClassifier.from_variant(variant, image_size=image_size or 224, num_channels=num_channels,
                                           num_classes=num_classes)
     if str(preset).endswith(".keras"):
-        from keras_vit.pretraining import load_pretrained_backbone
+        from keras_vit.workflows.pretraining import load_pretrained_backbone
 
         if not os.path.isfile(preset):
             raise ValueError(f"No such .keras file: {quote(preset)}.")
@@ -246,7 +246,7 @@ def finetune(
     >>> result["accuracy"], result["class_names"]
     """
     from keras_vit.data import AugmentPolicy, check_labels, image_folder_datasets
-    from keras_vit.training import check_training_arguments, default_run_dir, fit_resumable
+    from keras_vit.workflows.training import check_training_arguments, default_run_dir, fit_resumable
 
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
     if recipe not in RECIPES:

@@ -37,7 +37,7 @@ class AdamW(keras.optimizers.AdamW):
 
     Example:
 
-    >>> model.compile(optimizer=keras_vit.optimizers.AdamW(1e-3, weight_decay=0.05),
+    >>> model.compile(optimizer=keras_vit.workflows.optimizers.AdamW(1e-3, weight_decay=0.05),
     ...               loss="sparse_categorical_crossentropy")
     """
 
