@@ -11,6 +11,7 @@ that carries the class names.
 import math
 import os
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -33,7 +34,7 @@ RECIPES = {
 
 
 def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay=None, batch_size=32,
-                           effective_batch_size="recipe"):
+                           effective_batch_size="recipe", steps_per_epoch=None):
     """The optimizer of a fine-tuning recipe, with its schedule over `total_steps` optimizer steps.
 
     Args:
@@ -48,6 +49,10 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
             gradients of `ceil(effective / batch_size)` steps are
             accumulated (Keras' `gradient_accumulation_steps`). `"recipe"`
             takes the recipe's (512 for `"paper"`).
+        steps_per_epoch: int or `None`. Batches in one epoch. Accumulation
+            never spans more steps than an epoch has: on a folder of 20
+            images, 512 images per update would otherwise mean one update
+            every 16 epochs (Keras' accumulators carry across epochs).
 
     Returns:
         `(optimizer, accumulation_steps)`.
@@ -62,6 +67,8 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
     accumulation = 1
     if effective_batch_size and effective_batch_size > batch_size:
         accumulation = math.ceil(effective_batch_size / batch_size)
+    if steps_per_epoch is not None:
+        accumulation = max(1, min(accumulation, steps_per_epoch))
     warmup = max(1, int(total_steps * settings["warmup_fraction"]))
     schedule = keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0, decay_steps=max(1, total_steps - warmup), warmup_target=learning_rate,
@@ -74,6 +81,35 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
     else:
         optimizer = keras.optimizers.AdamW(weight_decay=weight_decay, **common)
     return optimizer, accumulation
+
+
+# Fewer optimizer updates than this in a whole run is almost surely a mistake
+# (a small folder under a large accumulated batch): say so before training.
+MIN_UPDATES = 10
+
+
+def warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, num_images):
+    """Warn before training when a run would make fewer than `MIN_UPDATES` optimizer updates.
+
+    Also says when accumulation does not divide an epoch: the last
+    `steps_per_epoch % accumulation` batches of an epoch are added to the
+    next epoch's first update (Keras' accumulators carry across epochs).
+    """
+    if updates < MIN_UPDATES:
+        warnings.warn(
+            f"This run makes only {updates} optimizer update(s): {num_images} training images are "
+            f"{steps_per_epoch} batch(es) per epoch, and {accumulation} batches are accumulated per update, over "
+            f"{epochs} epoch(s). The model will barely change. Accumulate less (`effective_batch_size=None`; "
+            "`--effective-batch-size 0` on the command line), use the AdamW recipe (`recipe=\"adamw\"`; "
+            "`--recipe adamw`), or train for more epochs.",
+            UserWarning, stacklevel=3,
+        )
+    elif steps_per_epoch % accumulation:
+        warnings.warn(
+            f"Gradient accumulation of {accumulation} batches does not divide the {steps_per_epoch} batches of an "
+            f"epoch: the last {steps_per_epoch % accumulation} batch(es) of each epoch are carried into the next "
+            "epoch's first update.", UserWarning, stacklevel=3,
+        )
 
 
 def _with_new_head(model, num_classes):
@@ -277,11 +313,13 @@ def finetune(
     )
     check_labels(train.labels, model.num_classes)
 
+    steps_per_epoch = len(train)
+    _, accumulation = build_recipe_optimizer(
+        recipe, 1, learning_rate, weight_decay, batch_size, effective_batch_size, steps_per_epoch)
+    total_steps = epochs * steps_per_epoch // accumulation
+    warn_about_few_updates(total_steps, epochs, steps_per_epoch, accumulation, len(train.paths))
     optimizer, accumulation = build_recipe_optimizer(
-        recipe, 1, learning_rate, weight_decay, batch_size, effective_batch_size)
-    total_steps = max(1, epochs * len(train) // accumulation)
-    optimizer, accumulation = build_recipe_optimizer(
-        recipe, total_steps, learning_rate, weight_decay, batch_size, effective_batch_size)
+        recipe, max(1, total_steps), learning_rate, weight_decay, batch_size, effective_batch_size, steps_per_epoch)
     loss = "auto"
     if augment.mixes_labels:
         loss = keras.losses.CategoricalCrossentropy(from_logits=model.activation is None)

@@ -58,6 +58,29 @@ def test_paper_recipe_is_sgd_with_clipping_and_accumulation_to_512():
     assert accumulation == 1
 
 
+def test_accumulation_never_spans_more_than_an_epoch():
+    # 512 images per update on 3 batches per epoch: at most 3 batches are accumulated.
+    _, accumulation = build_recipe_optimizer("paper", total_steps=10, batch_size=8, steps_per_epoch=3)
+    assert accumulation == 3
+    _, accumulation = build_recipe_optimizer("paper", total_steps=10, batch_size=8, steps_per_epoch=100)
+    assert accumulation == 64
+
+
+@pytest.mark.slow
+def test_default_recipe_learns_on_a_folder_of_twenty_images(tmp_path):
+    # 24 images, 20% held out: 20 training images are one batch of 32 per epoch. The paper recipe's
+    # 512-image updates once accumulated 16 such batches, so 5 epochs made no update at all and the
+    # loss of the zero-initialised head stayed ln(2) throughout.
+    folder = write_folder(str(tmp_path / "small"), classes=2, per_class=12)
+    source = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
+    with pytest.warns(UserWarning, match=r"only 5 optimizer update\(s\).*--recipe adamw"):
+        result = keras_vit.finetune(folder, preset=source, epochs=5, verbose=0, workers=1)
+    losses = result["history"].history["loss"]
+    assert result["accumulation_steps"] == 1
+    assert math.isclose(losses[0], math.log(2), rel_tol=1e-4)  # the zero head's first step
+    assert losses[-1] < losses[0] - 0.01, losses
+
+
 @pytest.mark.slow
 def test_finetune_at_a_higher_resolution_writes_a_preset_with_class_names(folder, tmp_path):
     source = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8)
