@@ -31,34 +31,36 @@ def add_arguments(parser):
 
 
 def _check_out(out):
+    from keras_vit.commands import UsageError
     from keras_vit.utils import check_writable
     from keras_vit.utils.files import quote
 
     if os.path.exists(out):
         if not os.path.isdir(out):
-            raise ValueError(f"--out {quote(out)} exists and is not a directory; give a directory for the figures.")
+            raise UsageError(f"--out {quote(out)} exists and is not a directory; give a directory for the figures.")
         if not os.access(out, os.W_OK):
-            raise ValueError(f"--out {quote(out)} is not writable.")
+            raise UsageError(f"--out {quote(out)} is not writable.")
     else:
         check_writable(out)  # its parent must exist and be writable
 
 
 def _check_arguments(args):
+    from keras_vit.commands import UsageError
     from keras_vit.inspection.figures import require_matplotlib
     from keras_vit.utils.files import quote
 
     missing = [path for path in args.images if not os.path.isfile(path)]
     if missing:
-        raise ValueError(f"no such image file: {', '.join(quote(path) for path in missing)}")
+        raise UsageError(f"no such image file: {', '.join(quote(path) for path in missing)}")
     if args.model is not None and not args.model.endswith(".keras"):
-        raise ValueError(
+        raise UsageError(
             f"--model takes a .keras file. Received: --model {quote(args.model)}; "
             "use --preset for presets and checkpoints (timm, Hugging Face, .npz)."
         )
     if args.model is not None and not os.path.isfile(args.model):
-        raise ValueError(f"no such model file: {quote(args.model)}")
+        raise UsageError(f"no such model file: {quote(args.model)}")
     if args.batch_size < 1 or args.components < 1:
-        raise ValueError("--batch-size and --components must be positive.")
+        raise UsageError("--batch-size and --components must be positive.")
     _check_out(args.out)
     try:
         require_matplotlib()

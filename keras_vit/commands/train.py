@@ -3,6 +3,8 @@
 import os
 import sys
 
+from keras_vit.utils.errors import ArgumentError
+
 from keras_vit.workflows.training import DIGITS_MODEL
 
 
@@ -50,7 +52,7 @@ def check_arguments(args):
         from keras_vit.utils import check_writable
 
         if not save.endswith(".keras"):
-            raise ValueError(f"--save must name a .keras file. Received: --save {save}")
+            raise ArgumentError("{name} must name a .keras file.", "save", save)
         check_writable(save)
 
 

@@ -12,6 +12,8 @@ import shlex
 import shutil
 import tempfile
 
+from keras_vit.utils.errors import ArgumentError
+
 
 @contextlib.contextmanager
 def atomic_write(path, mode="wb"):
@@ -111,17 +113,17 @@ def check_writable(path):
         path: str or path-like. A file to be created or replaced.
 
     Raises:
-        ValueError: `path` is a directory, or its parent directory is
+        ArgumentError: `path` is a directory, or its parent directory is
             missing or not writable; the message names the path and the fix.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise ValueError(f"{quote(path)} is a directory; give a file name to write to.")
+        raise ArgumentError(f"{quote(path)} is a directory; give a file name to write to.")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise ValueError(f"Cannot write {quote(path)}: the directory {quote(parent)} does not exist. Create it first.")
+        raise ArgumentError(f"Cannot write {quote(path)}: the directory {quote(parent)} does not exist. Create it first.")
     if not os.access(parent, os.W_OK):
-        raise ValueError(f"Cannot write {quote(path)}: the directory {quote(parent)} is not writable.")
+        raise ArgumentError(f"Cannot write {quote(path)}: the directory {quote(parent)} is not writable.")
 
 
 def quote(path):

@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from keras_vit.utils import atomic_directory
+from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import quote
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
@@ -178,7 +179,7 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
         from keras_vit.workflows.pretraining import load_pretrained_backbone
 
         if not os.path.isfile(preset):
-            raise ValueError(f"No such .keras file: {quote(preset)}.")
+            raise ArgumentError(f"No such .keras file: {quote(preset)}.")
         loaded = keras.saving.load_model(preset, compile=False)
         if isinstance(loaded, ViTClassifier) and (
                 image_size is None or tuple(loaded.backbone.image_size) == _pair(image_size)):
@@ -196,17 +197,17 @@ def check_output_dir(output):
     output = os.fspath(output)
     if os.path.exists(output):
         if not os.path.isdir(output):
-            raise ValueError(f"--output {quote(output)} is a file; give a directory name for the preset.")
+            raise ArgumentError(f"--output {quote(output)} is a file; give a directory name for the preset.")
         if os.listdir(output) and not os.path.exists(os.path.join(output, "config.json")):
-            raise ValueError(
+            raise ArgumentError(
                 f"--output {quote(output)} is a non-empty directory that is not a keras_vit preset; it would be "
                 "replaced. Choose a new directory name."
             )
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
-        raise ValueError(f"Cannot write {quote(output)}: the directory {quote(parent)} does not exist. Create it first.")
+        raise ArgumentError(f"Cannot write {quote(output)}: the directory {quote(parent)} does not exist. Create it first.")
     if not os.access(parent, os.W_OK):
-        raise ValueError(f"Cannot write {quote(output)}: the directory {quote(parent)} is not writable.")
+        raise ArgumentError(f"Cannot write {quote(output)}: the directory {quote(parent)} is not writable.")
 
 
 def finetune(
@@ -286,13 +287,13 @@ def finetune(
 
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
     if recipe not in RECIPES:
-        raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
+        raise ArgumentError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
     if effective_batch_size not in ("recipe", None):
-        check_training_arguments(batch_size=effective_batch_size)
+        check_positive_integer("effective_batch_size", effective_batch_size)
     if not os.path.isdir(data_dir):
-        raise ValueError(f"No such image folder: {quote(data_dir)}. Give a directory with one subfolder per class.")
+        raise ArgumentError(f"No such image folder: {quote(data_dir)}. Give a directory with one subfolder per class.")
     if validation_dir is not None and not os.path.isdir(validation_dir):
-        raise ValueError(f"No such validation folder: {quote(validation_dir)}.")
+        raise ArgumentError(f"No such validation folder: {quote(validation_dir)}.")
     check_output_dir(output)
     if run_dir == "auto":
         run_dir = default_run_dir(output)

@@ -14,6 +14,7 @@ import numpy as np
 from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
 from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.utils import atomic_directory, atomic_write, check_writable
+from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import quote
 
 # A ViT small enough to train on 8x8 digits in about a minute per backend.
@@ -123,13 +124,10 @@ def check_training_arguments(epochs=None, batch_size=None, learning_rate=None, w
         weight_decay: float or `None`. Must be finite and >= 0.
 
     Raises:
-        ValueError: naming the argument and the value received.
+        ArgumentError: naming the argument and the value received.
     """
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if value is None:
-            continue
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    check_positive_integer("epochs", epochs)
+    check_positive_integer("batch_size", batch_size)
     for name, value, low in (("learning_rate", learning_rate, "positive"), ("weight_decay", weight_decay, "zero")):
         if value is None:
             continue
@@ -137,7 +135,7 @@ def check_training_arguments(epochs=None, batch_size=None, learning_rate=None, w
             value <= 0 if low == "positive" else value < 0
         ):
             bound = "> 0" if low == "positive" else ">= 0"
-            raise ValueError(f"`{name}` must be a finite number {bound}. Received: {name}={value!r}")
+            raise ArgumentError(f"{{name}} must be a finite number {bound}.", name, value)
 
 
 # === Checkpoints every epoch, resume when run again ===
