@@ -106,11 +106,24 @@ def _names(paths):
     return [f"{index:03d}_{os.path.splitext(os.path.basename(path))[0]}" for index, path in enumerate(paths)]
 
 
+def _display_name(handle):
+    """How a figure names the model: a file or directory by its base name, so no local path ends up in a PNG."""
+    if os.path.exists(handle):
+        return os.path.basename(os.path.normpath(handle))
+    return handle
+
+
 def _prediction(model, images):
-    """`[(label, probability)]` per image for a classifier, else `None`."""
+    """`[(label, probability)]` per image for a `ViTClassifier`, else `None`.
+
+    A masked patch predictor has 512 "classes" too, but they are colours of
+    patches, not labels of the image: it gets no prediction in the titles.
+    """
     import numpy as np
 
-    if not hasattr(model, "num_classes"):
+    from keras_vit.models.vit_classifier import ViTClassifier
+
+    if not isinstance(model, ViTClassifier):
         return None
     scores = np.asarray(model.predict_on_batch(images), dtype="float64")
     if model.activation is None:  # logits
@@ -175,7 +188,8 @@ def run(args):
     panels = inspection.figure7(backbone, maps=first_maps, num_components=args.components)
     distances = distance_sum / len(images)
     panels = dataclasses.replace(panels, mean_attention_distance=distances)
-    save(panels.plot(title=f"Figure 7 of the ViT paper for {args.model or args.preset} ({len(images)} image(s))"),
+    save(panels.plot(title=f"Figure 7 of the ViT paper for {_display_name(args.model or args.preset)} "
+                           f"({len(images)} image(s))"),
          "figure7.png")
     numbers = {"model": args.model or args.preset, "images": list(args.images), **panels.to_dict()}
     path = os.path.join(args.out, "figure7.json")
