@@ -4,6 +4,7 @@ import os
 import sys
 
 from keras_vit.utils.errors import ArgumentError
+from keras_vit.utils.seeds import set_random_seed
 
 from keras_vit.workflows.training import DIGITS_MODEL
 
@@ -125,7 +126,7 @@ def _run(args, distribution=None):
     if pretrained is not None:
         from keras_vit.models.vit_classifier import ViTClassifier
 
-        keras.utils.set_random_seed(args.seed)
+        set_random_seed(args.seed)
         model = ViTClassifier(backbone=pretrained, num_classes=10)
         print(f"Fine-tuning the pre-trained backbone of {args.init_from}.")
     elif args.variant is None:
@@ -133,7 +134,7 @@ def _run(args, distribution=None):
     else:
         from keras_vit.models.vit_classifier import ViTClassifier
 
-        keras.utils.set_random_seed(args.seed)
+        set_random_seed(args.seed)
         model = ViTClassifier.from_variant(args.variant, image_size=image_size, num_channels=1, num_classes=10)
     print(f"Backend: {keras.backend.backend()}; model: {model.count_params():,} parameters; "
           f"{len(x_train)} training and {len(x_test)} held-out digits.")

@@ -19,6 +19,7 @@ import numpy as np
 from keras_vit.utils import atomic_directory
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import quote
+from keras_vit.utils.seeds import set_random_seed
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
 # no weight decay, gradient clipping at global norm 1, cosine decay with
@@ -171,7 +172,7 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
 
     if (preset is None) == (variant is None):
         raise ValueError("Give exactly one of `preset` (pre-trained weights) or `variant` (from scratch).")
-    keras.utils.set_random_seed(seed)
+    set_random_seed(seed)
     if variant is not None:
         return ViTClassifier.from_variant(variant, image_size=image_size or 224, num_channels=num_channels,
                                           num_classes=num_classes)

@@ -7,6 +7,7 @@ import keras
 from keras_vit.models.masked_patch_predictor import MaskedPatchPredictor
 from keras_vit.models.vit_backbone import ViTBackbone
 from keras_vit.models.vit_classifier import ViTClassifier
+from keras_vit.utils.seeds import set_random_seed
 from keras_vit.workflows.training import DIGITS_MODEL, build_optimizer, check_training_arguments, fit_resumable
 
 
@@ -23,7 +24,7 @@ def build_digits_predictor(seed=0, target="mean_color", corruption_rate=0.5, mas
     Returns:
         A `MaskedPatchPredictor`.
     """
-    keras.utils.set_random_seed(seed)
+    set_random_seed(seed)
     config = {**DIGITS_MODEL, **overrides}
     backbone = ViTBackbone.from_variant(config.pop("variant"), **config)
     return MaskedPatchPredictor(
@@ -73,7 +74,7 @@ def pretrain_predictor(
     from keras_vit.data.image_folder import ArrayBatches
 
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
-    keras.utils.set_random_seed(seed)
+    set_random_seed(seed)
     data = images if isinstance(images, keras.utils.PyDataset) else ArrayBatches(images, None, batch_size, seed=seed)
     steps = epochs * len(data)
     predictor.compile(optimizer=build_optimizer(learning_rate, weight_decay, steps))

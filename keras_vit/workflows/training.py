@@ -16,6 +16,7 @@ from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.utils import atomic_directory, atomic_write, check_writable
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import quote
+from keras_vit.utils.seeds import set_random_seed
 
 # A ViT small enough to train on 8x8 digits in about a minute per backend.
 DIGITS_MODEL = {
@@ -86,7 +87,7 @@ def train_classifier(
     from keras_vit.data.image_folder import ArrayBatches, check_labels
 
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
-    keras.utils.set_random_seed(seed)
+    set_random_seed(seed)
     x_train, y_train = train_data
     y_train = check_labels(y_train, model.num_classes)
     test_data = (test_data[0], check_labels(test_data[1], model.num_classes))
@@ -105,7 +106,7 @@ def train_classifier(
 
 def build_digits_classifier(seed=0, **overrides):
     """The demo's ViT for 8x8 digits; `overrides` replace `DIGITS_MODEL` entries."""
-    keras.utils.set_random_seed(seed)
+    set_random_seed(seed)
     config = {**DIGITS_MODEL, **overrides}
     variant = config.pop("variant")
     return ViTClassifier.from_variant(variant, num_classes=10, **config)
