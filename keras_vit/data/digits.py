@@ -27,7 +27,7 @@ def load_digits_split(test_fraction=0.2, seed=0, pixel_range=255.0):
     except ImportError as error:  # pragma: no cover - depends on the environment
         raise ImportError(
             "The digits dataset comes with scikit-learn. Install it with "
-            "`pip install scikit-learn` (or `pip install 'keras3-vit[data]'`)."
+            "`pip install scikit-learn`."
         ) from error
     digits = load_digits()
     images = (digits.images * (pixel_range / 16.0)).astype("float32")[..., None]

@@ -182,7 +182,7 @@ def _download_file(repo_id, filename, revision, cache_root, local_files_only=Fal
     except ImportError as error:
         raise ImportError(
             "Downloading presets needs the `huggingface_hub` package, which is not installed. "
-            "Install it with `pip install huggingface_hub` (or `pip install 'keras3-vit[hub]'`), or pass "
+            "Install it with `pip install huggingface_hub`, or pass "
             "the path of a checkpoint already on disk instead of a preset name."
         ) from error
     import keras_vit

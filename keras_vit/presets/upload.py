@@ -27,7 +27,7 @@ def _hub_api(token=None):
     except ImportError as error:
         raise ImportError(
             "Uploading presets needs the `huggingface_hub` package, which is not installed. Install it with "
-            "`pip install huggingface_hub` (or `pip install 'keras3-vit[hub]'`)."
+            "`pip install huggingface_hub`."
         ) from error
     return HfApi(token=token)
 
