@@ -155,11 +155,11 @@ def main(argv=None):
         print(f"{prefix}: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - the one place that turns errors into messages
-        from keras_vit.utils.errors import ArgumentError
+        from keras_vit.utils.errors import ArgumentError, OptInRequired
 
         if debug:
             traceback.print_exc()
-        if isinstance(error, ArgumentError):
+        if isinstance(error, (ArgumentError, OptInRequired)):
             # Spelled with the flag the user typed (`--epochs 0`), not the Python keyword (`epochs=0`).
             flags = getattr(parser, "flag_names", {}) if "parser" in locals() else {}
             message = error.spelled(flags.get(error.argument, f"--{str(error.argument).replace('_', '-')}"))

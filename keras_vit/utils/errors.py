@@ -56,3 +56,23 @@ def check_positive_integer(name, value):
         return
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
         raise ArgumentError("{name} must be a positive integer.", name, value)
+
+
+class OptInRequired(ValueError):
+    """Refused by default, allowed by a boolean option the message names (a failure, not a wrong input).
+
+    Args:
+        message: str. `{option}` in it stands for how to opt in:
+            `` `allow_non_finite=True` `` in Python, `--allow-non-finite` on
+            the command line.
+        argument: str. The Python name of the boolean option.
+    """
+
+    def __init__(self, message, argument):
+        self.template = message
+        self.argument = argument
+        super().__init__(self.spelled())
+
+    def spelled(self, flag=None):
+        """The message with the keyword, or with `flag` when given."""
+        return self.template.replace("{option}", flag or f"`{self.argument}=True`")
