@@ -98,6 +98,10 @@ def check_destination(source, destination, target):
         if os.path.exists(destination) and not os.path.isdir(destination):
             raise UsageError(f"{quote(destination)} exists and is not a directory; --to huggingface writes a "
                              "directory.")
+        from keras_vit.convert.huggingface import HUGGINGFACE_FILES, HUGGINGFACE_KIND
+        from keras_vit.utils.files import check_writable_names
+
+        check_writable_names(destination, HUGGINGFACE_FILES, HUGGINGFACE_KIND, "destination")
         if os.path.isdir(source) and _same_file(source, destination):
             raise UsageError(f"The destination {quote(destination)} is the source directory; converting into it "
                              "would overwrite the checkpoint being read. Choose another directory.")

@@ -41,8 +41,8 @@ def add_arguments(parser):
 
 
 def check_arguments(args):
-    """The checks every training command makes before any work: numbers, and the output path."""
-    from keras_vit.workflows.training import check_training_arguments
+    """The checks every training command makes before any work: numbers, the output path, the run directory."""
+    from keras_vit.workflows.training import check_run_dir, check_training_arguments, default_run_dir
 
     check_training_arguments(
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
@@ -55,6 +55,7 @@ def check_arguments(args):
         if not save.endswith(".keras"):
             raise ArgumentError("{name} must name a .keras file.", "save", save)
         check_writable(save)
+    check_run_dir(getattr(args, "run_dir", None) or default_run_dir(save))
 
 
 def run_settings(args, *names):
@@ -140,7 +141,7 @@ def _run(args, distribution=None):
           f"{len(x_train)} training and {len(x_test)} held-out digits.")
     if distribution is not None:
         print(f"Distributed ({args.distribute} parallel): {_describe(distribution)}")
-    from keras_vit.workflows.training import default_run_dir, save_model
+    from keras_vit.workflows.training import default_run_dir, finish_run, save_model
 
     run_dir = getattr(args, "run_dir", None) or default_run_dir(args.save)
     if run_dir is None:
@@ -148,7 +149,7 @@ def _run(args, distribution=None):
     result = train_classifier(
         model, (x_train, y_train), (x_test, y_test),
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay, seed=args.seed, run_dir=run_dir,
+        weight_decay=args.weight_decay, seed=args.seed, run_dir=run_dir, keep_backup=True,
         settings=run_settings(args, "command", "epochs", "batch_size", "learning_rate", "weight_decay", "seed",
                               "variant", "image_size", "init_from"),
     )
@@ -157,6 +158,7 @@ def _run(args, distribution=None):
     if args.save:
         save_model(model, args.save)
         print(f"Saved the trained model to {args.save}")
+    finish_run(run_dir)  # after the save: a kill before it resumes with every epoch done
     return 0
 
 

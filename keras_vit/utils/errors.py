@@ -40,8 +40,8 @@ class ArgumentError(ValueError):
 
     def spelled(self, flag=None):
         """The message with the keyword name, or with `flag` (e.g. `"--epochs"`) when given."""
-        if self.argument is None:
-            return self.template
+        if self.argument is None:  # "{name} /some/path is ..." -> "/some/path is ..."
+            return self.template.replace("{name} ", "").replace("{name}", "")
         name = flag or f"`{self.argument}`"
         text = self.template.replace("{name}", name)
         if self.value is not _NO_VALUE:

@@ -16,9 +16,8 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit.utils import atomic_directory
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
-from keras_vit.utils.files import quote
+from keras_vit.utils.files import check_not_nested, check_replaceable, quote
 from keras_vit.utils.seeds import set_random_seed
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
@@ -191,19 +190,19 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
     return _with_new_head(model, num_classes)
 
 
-def check_output_dir(output):
-    """Fail before training if `output` cannot become a preset directory."""
+def check_output_dir(output, argument="output"):
+    """Fail before training if `output` cannot become a preset directory.
+
+    A new path, an empty directory or a preset keras_vit wrote may be
+    written; a directory holding anything else (a user's project, another
+    model, data) is refused, so nothing of the user's is ever replaced.
+    """
+    from keras_vit.presets.keras_vit_format import PRESET_KIND
+
     if output is None:
         return
     output = os.fspath(output)
-    if os.path.exists(output):
-        if not os.path.isdir(output):
-            raise ArgumentError(f"--output {quote(output)} is a file; give a directory name for the preset.")
-        if os.listdir(output) and not os.path.exists(os.path.join(output, "config.json")):
-            raise ArgumentError(
-                f"--output {quote(output)} is a non-empty directory that is not a keras_vit preset; it would be "
-                "replaced. Choose a new directory name."
-            )
+    check_replaceable(output, PRESET_KIND, argument)
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise ArgumentError(f"Cannot write {quote(output)}: the directory {quote(parent)} does not exist. Create it first.")
@@ -284,7 +283,8 @@ def finetune(
     >>> result["accuracy"], result["class_names"]
     """
     from keras_vit.data import AugmentPolicy, check_labels, image_folder_datasets
-    from keras_vit.workflows.training import check_training_arguments, default_run_dir, fit_resumable
+    from keras_vit.workflows.training import (
+        check_run_dir, check_training_arguments, default_run_dir, finish_run, fit_resumable)
 
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
     if recipe not in RECIPES:
@@ -298,6 +298,13 @@ def finetune(
     check_output_dir(output)
     if run_dir == "auto":
         run_dir = default_run_dir(output)
+    check_run_dir(run_dir)
+    # The output and the run directory must not be, contain or lie inside what the run reads or the other.
+    preset_path = preset if preset is not None and os.path.exists(str(preset)) else None
+    check_not_nested(output, {"data directory": data_dir, "validation directory": validation_dir,
+                              "run directory": run_dir, "pre-trained model": preset_path}, "output")
+    check_not_nested(run_dir, {"data directory": data_dir, "validation directory": validation_dir,
+                               "pre-trained model": preset_path}, "run_dir")
     augment = augment or AugmentPolicy()
 
     # Class names first (a cheap directory listing), so the head has the right size.
@@ -339,7 +346,7 @@ def finetune(
         "augment": repr(augment), "class_names": class_names,
     }
     start = time.perf_counter()
-    history, initial_epoch = fit_resumable(model, train, epochs, run_dir=run_dir, settings=settings,
+    history, initial_epoch = fit_resumable(model, train, epochs, run_dir=run_dir, settings=settings, keep_backup=True,
                                            validation_data=validation, callbacks=callbacks, verbose=verbose)
     seconds = time.perf_counter() - start
     losses = history.history.get("loss", [])
@@ -354,8 +361,8 @@ def finetune(
         scores = model.evaluate(validation, verbose=0, return_dict=True)
         accuracy, held_out_loss = float(scores["accuracy"]), float(scores["loss"])
     if output is not None:
-        with atomic_directory(output) as staging:
-            model.save_to_preset(staging, class_names=class_names)
+        model.save_to_preset(output, class_names=class_names)  # swapped into place whole
+    finish_run(run_dir)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": accuracy, "loss": held_out_loss, "model": model, "class_names": class_names,
         "history": history, "seconds": seconds, "initial_epoch": initial_epoch, "output": output,

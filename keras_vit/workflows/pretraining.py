@@ -45,6 +45,7 @@ def pretrain_predictor(
     verbose=1,
     run_dir=None,
     settings=None,
+    keep_backup=False,
 ):
     """Compile and fit a `MaskedPatchPredictor` on unlabeled images.
 
@@ -65,6 +66,8 @@ def pretrain_predictor(
         run_dir: str or `None`. Checkpoint every epoch here and resume from
             it (see `keras_vit.workflows.training.fit_resumable`). Defaults to `None`.
         settings: dict. The run's settings, checked when resuming.
+        keep_backup: bool. Keep the epoch backup for a caller that saves
+            the model afterwards and then calls `finish_run(run_dir)`.
 
     Returns:
         A dict with the last epoch's `loss` (and `accuracy` for class
@@ -80,6 +83,7 @@ def pretrain_predictor(
     predictor.compile(optimizer=build_optimizer(learning_rate, weight_decay, steps))
     start = time.perf_counter()
     history, initial_epoch = fit_resumable(predictor, data, epochs, run_dir=run_dir, settings=settings,
+                                           keep_backup=keep_backup,
                                            verbose=verbose)
     seconds = time.perf_counter() - start
     result = {name: float(values[-1]) for name, values in history.history.items()}

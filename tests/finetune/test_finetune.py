@@ -123,7 +123,7 @@ def test_a_backup_from_other_settings_is_not_resumed(tmp_path):
     checkpoint = EpochCheckpoint(backup, {"epochs": 2, "seed": 0})
     checkpoint.set_model(model)
     checkpoint.on_epoch_end(0, {"loss": 1.0})
-    assert sorted(os.listdir(backup)) == ["checkpoint.weights.h5", "state.json"]
+    assert sorted(os.listdir(backup)) == [".keras_vit.json", "checkpoint.weights.h5", "state.json"]
     assert EpochCheckpoint(backup, {"epochs": 2, "seed": 0}).restore(model) == 1
     with pytest.raises(ValueError, match="other settings.*changed: epochs"):
         EpochCheckpoint(backup, {"epochs": 3, "seed": 0}).restore(model)

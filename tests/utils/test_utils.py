@@ -52,8 +52,9 @@ def test_atomic_write_replaces_only_on_success(tmp_path):
 
 def test_atomic_directory_keeps_the_old_directory_when_the_block_fails(tmp_path):
     target = tmp_path / "preset"
-    target.mkdir()
-    (target / "config.json").write_text("old")
+    with atomic_directory(target) as staging:
+        with open(os.path.join(staging, "config.json"), "w") as file:
+            file.write("old")
     with pytest.raises(RuntimeError):
         with atomic_directory(target) as staging:
             with open(os.path.join(staging, "config.json"), "w") as file:
