@@ -35,9 +35,9 @@ def test_paths_are_checked_before_any_work(folder, tmp_path):
     with pytest.raises(ValueError, match="does not exist. Create it first"):
         keras_vit.finetune(folder, variant="ViT-Ti/16", output=str(tmp_path / "no" / "such" / "dir"))
     (tmp_path / "file").write_text("x")
-    with pytest.raises(ValueError, match="is a file"):
+    with pytest.raises(ValueError, match="exists and is not a directory"):
         keras_vit.finetune(folder, variant="ViT-Ti/16", output=str(tmp_path / "file"))
-    with pytest.raises(ValueError, match="not a keras_vit preset"):
+    with pytest.raises(ValueError, match="holds files keras_vit did not write there"):
         keras_vit.finetune(folder, variant="ViT-Ti/16", output=folder)
 
 
