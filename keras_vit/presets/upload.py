@@ -11,7 +11,9 @@ import json
 import os
 
 from keras_vit.presets import hub
+from keras_vit.presets.keras_vit_format import PRESET_KIND
 from keras_vit.utils import atomic_write
+from keras_vit.utils.files import mark_directory
 
 CARD_FILE = "README.md"
 PRESET_FILES = ("config.json", "model.weights.h5", "metadata.json")
@@ -191,6 +193,8 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
     if not os.path.exists(card):
         with atomic_write(card, "w") as file:
             file.write(model_card(model, document, metadata, repo_id, license=license))
+        # The card is ours: a later save_to_preset into this directory may replace it.
+        mark_directory(directory, PRESET_KIND, [CARD_FILE])
     api = _hub_api(token)
     try:
         api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
