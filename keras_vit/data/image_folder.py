@@ -32,67 +32,27 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.data.augment import AugmentPolicy, center_crop, random_resized_crop
+from keras_vit.data.augment import AugmentPolicy, random_resized_crop
+from keras_vit.data.images import DEFAULT_MAX_PIXELS, ImageFileError, center_crop, open_image, read_image
 from keras_vit.utils.files import quote
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
-# Pillow's own default limit (about 89.5 megapixels, 0.25 GB of RGB): larger
-# files are refused before they are decoded.
-DEFAULT_MAX_PIXELS = 89_478_485
 
 logger = logging.getLogger("keras_vit.data")
 
 
-def _pil():
-    try:
-        from PIL import Image
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "Image folders are decoded with Pillow: `pip install pillow`."
-        ) from error
-    return Image
-
-
-class ImageFileError(ValueError):
-    """An image file that cannot be used; the message names the file."""
-
-
 def check_image_file(path, max_pixels=DEFAULT_MAX_PIXELS):
-    """Read an image's header and check it can be decoded safely.
-
-    Args:
-        path: str. The image file.
-        max_pixels: int. Largest `width * height` accepted. Defaults to
-            `DEFAULT_MAX_PIXELS` (Pillow's default limit).
+    """Read an image's header and check it can be decoded safely (`keras_vit.data.images.open_image`).
 
     Returns:
         `(width, height)`.
 
     Raises:
-        ImageFileError: the file is empty, not an image Pillow can read, or
-            larger than `max_pixels`.
+        ImageFileError: the file is empty, not an image Pillow can read, has
+            no pixels or more than `max_pixels`.
     """
-    Image = _pil()
-    if os.path.getsize(path) == 0:
-        raise ImageFileError(f"{quote(path)} is empty (0 bytes). Delete it or replace it with the image.")
-    try:
-        # Opening reads only the header; the limit is ours, so Pillow's own
-        # warning/error on large images is turned off for this call.
-        with Image.open(path) as image:
-            size = image.size
-    except Image.DecompressionBombError as error:  # pragma: no cover - our check comes first in practice
-        raise ImageFileError(f"{quote(path)} is too large to decode safely: {error}") from error
-    except Exception as error:
-        raise ImageFileError(
-            f"{quote(path)} is not an image Pillow can read ({type(error).__name__}: {error}). "
-            "Delete or convert it (JPEG, PNG, BMP or GIF)."
-        ) from error
-    if size[0] * size[1] > max_pixels:
-        raise ImageFileError(
-            f"{quote(path)} has {size[0]}x{size[1]} = {size[0] * size[1]:,} pixels, more than the limit of "
-            f"{max_pixels:,} (a guard against decompression bombs). Shrink the image, or raise `max_pixels` "
-            "if you trust the file."
-        )
+    with open_image(path, max_pixels) as image:
+        size = image.size
     if size[0] == 0 or size[1] == 0:
         raise ImageFileError(f"{quote(path)} has no pixels ({size[0]}x{size[1]}).")
     return size
@@ -165,39 +125,6 @@ def index_image_folder(directory, class_names=None, on_bad_file="error", max_pix
                 "Add images or remove the folder."
             )
     return paths, np.asarray(labels, dtype="int32"), list(class_names)
-
-
-def load_image(path, num_channels):
-    """Decode one image to a float32 `(height, width, num_channels)` array in [0, 255].
-
-    Grayscale, palette and RGBA images are converted to `num_channels`
-    (1: luminance, 3: RGB with alpha dropped); animated GIFs give their
-    first frame.
-
-    Raises:
-        ImageFileError: the file cannot be decoded (e.g. truncated), named.
-    """
-    Image = _pil()
-    mode = {1: "L", 3: "RGB"}.get(num_channels)
-    if mode is None:
-        raise ValueError(f"Images are converted to 1 (grayscale) or 3 (RGB) channels. Received: {num_channels}")
-    try:
-        with Image.open(path) as image:
-            if image.mode in ("RGBA", "LA", "P") and mode == "RGB":
-                # Alpha over white, like a browser shows it, rather than
-                # over whatever colour transparent pixels happen to hold.
-                rgba = image.convert("RGBA")
-                background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-                image = Image.alpha_composite(background, rgba)
-            array = np.asarray(image.convert(mode), dtype="float32")
-    except Exception as error:
-        raise ImageFileError(
-            f"Cannot decode {quote(path)} ({type(error).__name__}: {error}). The file may be truncated; "
-            "delete or replace it."
-        ) from error
-    if array.ndim == 2:
-        array = array[..., None]
-    return array
 
 
 def check_labels(labels, num_classes):
@@ -370,7 +297,7 @@ class ImageFolderDataset(keras.utils.PyDataset):
             # One generator per image, keyed by its place in the global batch: the same pixels
             # whichever process reads it.
             rng = np.random.default_rng([self.seed, epoch, index, 1, first + row]) if self.training else None
-            image = load_image(self.paths[file_index], self.num_channels)
+            image = read_image(self.paths[file_index], self.num_channels)
             if self.training and self.augment.crop:
                 image = random_resized_crop(image, self.image_size, rng, scale=self.augment.crop_scale,
                                             ratio=self.augment.crop_ratio)
@@ -532,5 +459,5 @@ def read_image_folder(directory, image_size, num_channels=3, class_names=None, o
     from keras_vit.utils import to_pair
 
     size = to_pair(image_size, "image_size")
-    images = np.stack([center_crop(load_image(path, num_channels), size) for path in paths])
+    images = np.stack([center_crop(read_image(path, num_channels), size) for path in paths])
     return images, labels, class_names
