@@ -138,8 +138,8 @@ def test_bad_configuration_errors_name_the_fix(build, message):
 )
 def test_bad_images_errors_name_the_fix(shape, message):
     model = keras_vit.ViTClassifier(keras_vit.ViTBackbone(**TINY), num_classes=3)
-    with pytest.raises(ValueError, match=message):
-        model.predict(np.zeros(shape, "float32"), verbose=0)
+    with pytest.raises(ValueError, match=message):  # a tensor: predict resizes numpy batches of raw images only
+        model.predict(keras.ops.convert_to_tensor(np.zeros(shape, "float32")), verbose=0)
 
 
 def test_loaded_classifier_resumes_training_with_its_optimizer(tmp_path):

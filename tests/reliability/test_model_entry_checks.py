@@ -64,7 +64,7 @@ def test_a_directory_holding_another_models_files_is_not_overwritten(tmp_path):
     hf_dir.mkdir()
     (hf_dir / "config.json").write_text(json.dumps({"model_type": "vit"}))
     (hf_dir / "model.safetensors").write_bytes(b"not ours")
-    with pytest.raises(ValueError, match=r"another model's files \(config.json, model.safetensors\)"):
+    with pytest.raises(ValueError, match=r"holds files keras_vit did not write there \(config.json, model.safetensors\)"):
         tiny_classifier().save_to_preset(hf_dir)
     assert (hf_dir / "model.safetensors").read_bytes() == b"not ours"
     assert sorted(os.listdir(hf_dir)) == ["config.json", "model.safetensors"]
