@@ -207,6 +207,10 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
 
     check_export(format)
     check_export_directory(path)
+    if format == "litert" and getattr(model, "quantized_layers", dict)():
+        raise ValueError("A model quantized with Keras (int8 kernels) does not convert to LiteRT: the TFLite "
+                         "converter rejects its int8 matmuls. Export the float model with format='litert' "
+                         "(LiteRT quantizes at conversion), or this one as 'saved_model' or 'onnx'.")
     if format == "onnx":
         import keras
 
@@ -215,6 +219,8 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
 
             register_tf2onnx_rules()
     document = {"format": format, **describe(model)}
+    # Keras' exporters refuse a model that was never called (one loaded from a file, say).
+    model(_sample_images(model, 1, 0), training=False)
     with atomic_directory(path) as staging:
         target = staging if FORMATS[format][1] is None else os.path.join(staging, FORMATS[format][1])
         if format == "saved_model":
