@@ -7,7 +7,17 @@ REF_VENV := .venv-ref
 REF_STAMP := $(REF_VENV)/.installed
 BACKENDS := tensorflow jax torch
 
-.PHONY: demo test test-tensorflow test-jax test-torch install reference-env bench clean
+.PHONY: help demo test test-tensorflow test-jax test-torch install reference-env bench clean
+
+# The first target: `make` alone lists the others.
+help:
+	@echo "make demo            train a small ViT on scikit-learn's digits and print held-out accuracy"
+	@echo "make test            the whole test suite once per backend (tensorflow, jax, torch)"
+	@echo "make test-jax        one backend (also test-tensorflow, test-torch); PYTEST_ARGS=... passes options"
+	@echo "make install         create .venv: the package with all three backends and the test tools (~4 GB)"
+	@echo "make bench           speed and memory against timm and Hugging Face (builds .venv-ref, ~6 GB; ~15 min)"
+	@echo "make reference-env   only the side environment with timm (.venv-ref), for fixtures and benchmarks"
+	@echo "make clean           remove .venv, .venv-ref and build outputs"
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

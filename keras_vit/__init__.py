@@ -11,6 +11,7 @@ _PUBLIC = {
     "convert": "keras_vit.convert",
     "data": "keras_vit.data",
     "distribution": "keras_vit.distribution",
+    "inspection": "keras_vit.inspection",
     "layers": "keras_vit.layers",
     "optimizers": "keras_vit.workflows.optimizers",
     "presets": "keras_vit.presets",
@@ -51,7 +52,7 @@ if not _started_as_command_line():
     # Imported eagerly otherwise, so every layer and model is registered with
     # Keras (for `keras.saving.load_model`) as soon as `import keras_vit` runs.
     # optimizers: its AdamW is registered for `.keras` files saved with it.
-    from keras_vit import convert, data, distribution, layers, presets  # noqa: E402
+    from keras_vit import convert, data, distribution, inspection, layers, presets  # noqa: E402
     from keras_vit.workflows import optimizers  # noqa: E402
     from keras_vit.workflows.fewshot import fewshot_evaluate  # noqa: E402
     from keras_vit.workflows.finetuning import finetune  # noqa: E402

@@ -6,9 +6,11 @@ module is imported, so `keras-vit --help` and `--version` do not pay for a
 backend import.
 
 One error style for every subcommand: `run` raises `ValueError` for anything
-the user got wrong (`keras_vit.commands.UsageError` for a bad argument), and
-`main` prints `keras-vit <command>: error: <message>` on stderr without a
-traceback and returns 2 for usage errors, 1 for failures. `--debug` (or
+that went wrong, `keras_vit.utils.ArgumentError` (or its subclass
+`keras_vit.commands.UsageError`) when it is the user's input (a flag, a
+path, a folder), and `main` prints `keras-vit <command>: error: <message>`
+on stderr without a traceback (an `ArgumentError` spelled with the flag the
+user typed) and returns 2 for the user's input, 1 for failures. `--debug` (or
 `KERAS_VIT_DEBUG=1`) prints the traceback too.
 """
 
@@ -67,7 +69,19 @@ def build_parser(command=None):
                                help="print the traceback of an error")
         if name == command:
             _command_module(name).add_arguments(subparser)
+            parser.flag_names = _flag_names(subparser)
     return parser
+
+
+def _flag_names(parser):
+    """`{dest: what the user typed}`: `"epochs" -> "--epochs"`, `"data_dir" -> "DATA_DIR"`."""
+    names = {}
+    for action in parser._actions:  # argparse keeps no public list of a parser's arguments
+        if action.option_strings:
+            names[action.dest] = max(action.option_strings, key=len)
+        else:
+            names[action.dest] = action.metavar or action.dest.upper()
+    return names
 
 
 def _installed(backend):
@@ -143,11 +157,15 @@ def main(argv=None):
         print(f"{prefix}: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - the one place that turns errors into messages
-        from keras_vit.commands import UsageError
+        from keras_vit.utils.errors import ArgumentError, OptInRequired
 
         if debug:
             traceback.print_exc()
-        if isinstance(error, (ValueError, OSError, ImportError)):
+        if isinstance(error, (ArgumentError, OptInRequired)):
+            # Spelled with the flag the user typed (`--epochs 0`), not the Python keyword (`epochs=0`).
+            flags = getattr(parser, "flag_names", {}) if "parser" in locals() else {}
+            message = error.spelled(flags.get(error.argument, f"--{str(error.argument).replace('_', '-')}"))
+        elif isinstance(error, (ValueError, OSError, ImportError)):
             message = str(error) or type(error).__name__
             if isinstance(error, OSError) and not isinstance(error, FileNotFoundError) and error.filename:
                 message = f"{error.strerror or error} ({error.filename})"
@@ -156,7 +174,8 @@ def main(argv=None):
             if not debug:
                 message += f"\n(an unexpected error; run again with --debug or {DEBUG_VARIABLE}=1 for the traceback)"
         print(f"{prefix}: error: {message}", file=sys.stderr)
-        return 2 if isinstance(error, UsageError) else 1
+        # 2: the user's input (flags, paths, folders); 1: a failure while working.
+        return 2 if isinstance(error, ArgumentError) else 1
 
 
 if __name__ == "__main__":

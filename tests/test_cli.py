@@ -66,16 +66,18 @@ def test_version_and_error_style(capsys):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--epochs", "0"], "`epochs` must be a positive integer"),
-    (["--batch-size", "0"], "`batch_size` must be a positive integer"),
-    (["--learning-rate", "nan"], "`learning_rate` must be a finite number > 0"),
+    (["--epochs", "0"], "--epochs must be a positive integer. Received: --epochs 0"),
+    (["--batch-size", "0"], "--batch-size must be a positive integer. Received: --batch-size 0"),
+    (["--learning-rate", "nan"], "--learning-rate must be a finite number > 0. Received: --learning-rate nan"),
     (["--save", "/nonexistent-dir/model.keras"], "does not exist. Create it first"),
-    (["--save", "model.h5"], "--save must name a .keras file"),
+    (["--save", "model.h5"], "--save must name a .keras file. Received: --save model.h5"),
 ])
 @pytest.mark.parametrize("command", ["train", "pretrain"])
 def test_training_commands_check_arguments_before_training(command, flags, message, capsys):
-    assert cli.main([command, *flags]) == 1
-    assert message in capsys.readouterr().err
+    # The user's input: exit 2, and the message speaks of the flag typed, not a Python keyword.
+    assert cli.main([command, *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "=" not in err.split("Received:")[-1]
 
 
 def test_train_resumes_from_its_checkpoint(tmp_path):
@@ -128,3 +130,46 @@ def test_save_is_atomic(tmp_path):
     save_model(model, path)
     assert os.listdir(tmp_path) == ["m.keras"]  # no temporary left behind
     assert isinstance(keras.saving.load_model(path), keras_vit.ViTClassifier)
+
+
+# One rule for every subcommand: 2 when the user's input is wrong (a flag, a path, a folder), 1 when
+# the work fails (a damaged file). Each row failed with the other code on 2026-11-23's main.
+EXIT_CODES = [
+    (["train", "--batch-size", "0"], 2, "--batch-size must be a positive integer. Received: --batch-size 0"),
+    (["train", "--variant", "ViT-Q/16"], 2, "Unknown ViT variant 'ViT-Q/16'"),
+    (["train", "--init-from", "{bad_keras}", "--epochs", "1"], 1, "bad.keras"),
+    (["pretrain", "--save", "/nonexistent-dir/m.keras"], 2, "does not exist. Create it first"),
+    (["finetune", "{missing}", "--variant", "ViT-Ti/16"], 2, "No such image folder"),
+    (["finetune", "{folder}", "--variant", "ViT-Ti/16", "--epochs", "0"], 2, "--epochs must be a positive integer"),
+    (["finetune", "{folder}", "--variant", "ViT-Ti/16", "--output", "/nonexistent-dir/out"], 2,
+     "does not exist. Create it first"),
+    (["finetune", "{folder}", "--variant", "ViT-Ti/16", "--effective-batch-size", "-3"], 2,
+     "--effective-batch-size must be a positive integer. Received: --effective-batch-size -3"),
+    (["finetune", "{folder}", "--preset", "{bad_keras}", "--epochs", "1"], 1, "bad.keras"),
+    (["fewshot", "{missing}", "--preset", "{bad_keras}"], 2, "No such image folder"),
+    (["fewshot", "{folder}", "--preset", "{bad_keras}"], 1, "bad.keras"),
+    (["predict", "{missing}.png", "--preset", "vit_b16_augreg_in21k"], 2, "no such image file"),
+    (["explain", "{missing}.png", "--preset", "vit_b16_augreg_in21k", "--out", "{tmp}/o"], 2, "no such image file"),
+    (["explain", "{text_png}", "--model", "{bad_keras}", "--out", "{tmp}/o"], 1, "bad.keras"),
+    (["convert", "{missing}.safetensors", "{tmp}/out.keras"], 2, "no such checkpoint"),
+    (["convert", "{bad_safetensors}", "{tmp}/out.keras"], 1, "not a valid safetensors file"),
+    (["presets", "--with-head", "--backbones"], 2, "exclude each other"),
+]
+
+
+@pytest.mark.parametrize("argv, code, message", EXIT_CODES, ids=[" ".join(row[0][:3]) for row in EXIT_CODES])
+def test_exit_codes_follow_one_rule(argv, code, message, tmp_path, capsys):
+    from tests.finetune.helpers import write_folder
+
+    paths = {"tmp": str(tmp_path), "missing": str(tmp_path / "missing"), "bad_keras": str(tmp_path / "bad.keras"),
+             "bad_safetensors": str(tmp_path / "bad.safetensors"), "text_png": str(tmp_path / "text.png"),
+             "folder": str(tmp_path / "photos")}
+    (tmp_path / "bad.keras").write_bytes(b"not a zip archive")
+    (tmp_path / "bad.safetensors").write_bytes(b"x" * 16)
+    (tmp_path / "text.png").write_text("not an image")
+    write_folder(paths["folder"], classes=2, per_class=3)
+    assert cli.main([arg.format(**paths) for arg in argv]) == code
+    err = capsys.readouterr().err
+    assert err.startswith(f"keras-vit {argv[0]}: error: ") and message in err, err
+    assert "Traceback" not in err
+

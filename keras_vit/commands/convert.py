@@ -98,6 +98,7 @@ def check_destination(source, destination, target):
         if os.path.exists(destination) and not os.path.isdir(destination):
             raise UsageError(f"{quote(destination)} exists and is not a directory; --to huggingface writes a "
                              "directory.")
+
         if os.path.isdir(source) and _same_file(source, destination):
             raise UsageError(f"The destination {quote(destination)} is the source directory; converting into it "
                              "would overwrite the checkpoint being read. Choose another directory.")
@@ -110,6 +111,12 @@ def check_destination(source, destination, target):
                 check_writable(output)
             except ValueError as error:
                 raise UsageError(str(error)) from None
+    if target == "huggingface":
+        from keras_vit.convert.huggingface import HUGGINGFACE_FILES, HUGGINGFACE_KIND
+        from keras_vit.utils.files import check_writable_names
+
+        # Beside a user's files is fine; over one of theirs (another model's config.json) is not.
+        check_writable_names(destination, HUGGINGFACE_FILES, HUGGINGFACE_KIND, "destination")
     if target == "huggingface" and not os.path.isdir(destination):
         parent = os.path.dirname(os.path.abspath(destination))
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):

@@ -31,34 +31,36 @@ def add_arguments(parser):
 
 
 def _check_out(out):
+    from keras_vit.commands import UsageError
     from keras_vit.utils import check_writable
     from keras_vit.utils.files import quote
 
     if os.path.exists(out):
         if not os.path.isdir(out):
-            raise ValueError(f"--out {quote(out)} exists and is not a directory; give a directory for the figures.")
+            raise UsageError(f"--out {quote(out)} exists and is not a directory; give a directory for the figures.")
         if not os.access(out, os.W_OK):
-            raise ValueError(f"--out {quote(out)} is not writable.")
+            raise UsageError(f"--out {quote(out)} is not writable.")
     else:
         check_writable(out)  # its parent must exist and be writable
 
 
 def _check_arguments(args):
+    from keras_vit.commands import UsageError
     from keras_vit.inspection.figures import require_matplotlib
     from keras_vit.utils.files import quote
 
     missing = [path for path in args.images if not os.path.isfile(path)]
     if missing:
-        raise ValueError(f"no such image file: {', '.join(quote(path) for path in missing)}")
+        raise UsageError(f"no such image file: {', '.join(quote(path) for path in missing)}")
     if args.model is not None and not args.model.endswith(".keras"):
-        raise ValueError(
+        raise UsageError(
             f"--model takes a .keras file. Received: --model {quote(args.model)}; "
             "use --preset for presets and checkpoints (timm, Hugging Face, .npz)."
         )
     if args.model is not None and not os.path.isfile(args.model):
-        raise ValueError(f"no such model file: {quote(args.model)}")
+        raise UsageError(f"no such model file: {quote(args.model)}")
     if args.batch_size < 1 or args.components < 1:
-        raise ValueError("--batch-size and --components must be positive.")
+        raise UsageError("--batch-size and --components must be positive.")
     _check_out(args.out)
     try:
         require_matplotlib()
@@ -104,11 +106,24 @@ def _names(paths):
     return [f"{index:03d}_{os.path.splitext(os.path.basename(path))[0]}" for index, path in enumerate(paths)]
 
 
+def _display_name(handle):
+    """How a figure names the model: a file or directory by its base name, so no local path ends up in a PNG."""
+    if os.path.exists(handle):
+        return os.path.basename(os.path.normpath(handle))
+    return handle
+
+
 def _prediction(model, images):
-    """`[(label, probability)]` per image for a classifier, else `None`."""
+    """`[(label, probability)]` per image for a `ViTClassifier`, else `None`.
+
+    A masked patch predictor has 512 "classes" too, but they are colours of
+    patches, not labels of the image: it gets no prediction in the titles.
+    """
     import numpy as np
 
-    if not hasattr(model, "num_classes"):
+    from keras_vit.models.vit_classifier import ViTClassifier
+
+    if not isinstance(model, ViTClassifier):
         return None
     scores = np.asarray(model.predict_on_batch(images), dtype="float64")
     if model.activation is None:  # logits
@@ -173,7 +188,8 @@ def run(args):
     panels = inspection.figure7(backbone, maps=first_maps, num_components=args.components)
     distances = distance_sum / len(images)
     panels = dataclasses.replace(panels, mean_attention_distance=distances)
-    save(panels.plot(title=f"Figure 7 of the ViT paper for {args.model or args.preset} ({len(images)} image(s))"),
+    save(panels.plot(title=f"Figure 7 of the ViT paper for {_display_name(args.model or args.preset)} "
+                           f"({len(images)} image(s))"),
          "figure7.png")
     numbers = {"model": args.model or args.preset, "images": list(args.images), **panels.to_dict()}
     path = os.path.join(args.out, "figure7.json")

@@ -10,7 +10,9 @@ def add_arguments(parser):
                         help="evaluation folder with the same classes (default: a split of DATA_DIR)")
     parser.add_argument("--test-split", type=float, default=0.2,
                         help="share of each class evaluated when there is no --test-dir (default: 0.2)")
-    parser.add_argument("--shots", default="1,5,10,25", help="comma-separated shots per class (default: 1,5,10,25)")
+    parser.add_argument("--shots", default=None,
+                        help="comma-separated shots per class; more than the smallest class has is refused "
+                        "(default: those of 1,5,10,25 that every class can supply)")
     parser.add_argument("--seeds", type=int, default=3, help="how many draws of the shots (default: 3)")
     parser.add_argument("--l2-reg", type=float, default=2.0**10, help="ridge strength (default: 1024, big_vision's)")
     parser.add_argument("--skip-bad-files", action="store_true", help="leave out unreadable images instead of stopping")
@@ -25,7 +27,9 @@ def _load(preset, image_size):
 
     if str(preset).endswith(".keras"):
         if not os.path.isfile(preset):
-            raise ValueError(f"No such .keras file: {preset}")
+            from keras_vit.commands import UsageError
+
+            raise UsageError(f"No such .keras file: {preset}")
         model = keras.saving.load_model(preset, compile=False)
         if image_size is not None:
             from keras_vit.workflows.finetuning import _backbone_at
@@ -38,22 +42,25 @@ def _load(preset, image_size):
 def run(args):
     import math
 
+    from keras_vit.commands import UsageError
     from keras_vit.workflows.fewshot import fewshot_evaluate_folder
 
-    try:
-        shots = [int(value) for value in args.shots.split(",") if value.strip()]
-    except ValueError:
-        raise ValueError(f"--shots takes comma-separated integers. Received: --shots {args.shots}") from None
-    if not shots or min(shots) < 1:
-        raise ValueError(f"--shots takes positive integers. Received: --shots {args.shots}")
+    shots = None
+    if args.shots is not None:
+        try:
+            shots = [int(value) for value in args.shots.split(",") if value.strip()]
+        except ValueError:
+            raise UsageError(f"--shots takes comma-separated integers. Received: --shots {args.shots}") from None
+        if not shots or min(shots) < 1:
+            raise UsageError(f"--shots takes positive integers. Received: --shots {args.shots}")
     if args.seeds < 1:
-        raise ValueError(f"--seeds must be at least 1. Received: --seeds {args.seeds}")
+        raise UsageError(f"--seeds must be at least 1. Received: --seeds {args.seeds}")
     if not (math.isfinite(args.l2_reg) and args.l2_reg > 0):
-        raise ValueError(f"--l2-reg must be a finite number > 0. Received: --l2-reg {args.l2_reg}")
+        raise UsageError(f"--l2-reg must be a finite number > 0. Received: --l2-reg {args.l2_reg}")
     import os
 
     if not os.path.isdir(args.data_dir):
-        raise ValueError(f"No such image folder: {args.data_dir}")
+        raise UsageError(f"No such image folder: {args.data_dir}")
     model = _load(args.preset, args.image_size)
     results, class_names = fewshot_evaluate_folder(
         model, args.data_dir, test_dir=args.test_dir, test_split=args.test_split, shots=shots,

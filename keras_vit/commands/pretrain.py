@@ -71,7 +71,7 @@ def run(args):
     from keras_vit.commands.train import check_arguments, run_settings
     from keras_vit.data import load_digits_split
     from keras_vit.workflows.pretraining import build_digits_predictor, pretrain_predictor
-    from keras_vit.workflows.training import default_run_dir, save_model
+    from keras_vit.workflows.training import default_run_dir, finish_run, save_model
 
     check_arguments(args)
     overrides = {}
@@ -90,9 +90,10 @@ def run(args):
     )
     print(f"Backend: {keras.backend.backend()}; masked patch prediction ({args.target}) on "
           f"{what}; backbone: {predictor.backbone.count_params():,} parameters.")
+    run_dir = args.run_dir or default_run_dir(args.save)
     result = pretrain_predictor(
         predictor, train, validation_images=held_out, epochs=args.epochs, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, seed=args.seed, run_dir=args.run_dir or default_run_dir(args.save),
+        learning_rate=args.learning_rate, seed=args.seed, run_dir=run_dir, keep_backup=True,
         settings=run_settings(args, "command", "data_dir", "image_size", "channels", "epochs", "batch_size",
                               "learning_rate", "seed", "target", "color_bits", "corruption_rate", "mask_rate",
                               "random_rate"),
@@ -101,6 +102,7 @@ def run(args):
     summary = ", ".join(f"{name} {value:.4f}" for name, value in held_out.items())
     print(f"Held-out masked patches: {summary} (trained in {result['seconds']:.0f} s)")
     save_model(predictor, args.save)
+    finish_run(run_dir)  # after the save: a kill before it resumes with every epoch done
     print(f"Saved the pre-trained model to {args.save}; fine-tune it with "
           f"`keras-vit train --init-from {args.save}`")
     return 0

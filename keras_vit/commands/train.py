@@ -3,6 +3,9 @@
 import os
 import sys
 
+from keras_vit.utils.errors import ArgumentError
+from keras_vit.utils.seeds import set_random_seed
+
 from keras_vit.workflows.training import DIGITS_MODEL
 
 
@@ -38,8 +41,8 @@ def add_arguments(parser):
 
 
 def check_arguments(args):
-    """The checks every training command makes before any work: numbers, and the output path."""
-    from keras_vit.workflows.training import check_training_arguments
+    """The checks every training command makes before any work: numbers, the output path, the run directory."""
+    from keras_vit.workflows.training import check_run_dir, check_training_arguments, default_run_dir
 
     check_training_arguments(
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
@@ -50,8 +53,9 @@ def check_arguments(args):
         from keras_vit.utils import check_writable
 
         if not save.endswith(".keras"):
-            raise ValueError(f"--save must name a .keras file. Received: --save {save}")
+            raise ArgumentError("{name} must name a .keras file.", "save", save)
         check_writable(save)
+    check_run_dir(getattr(args, "run_dir", None) or default_run_dir(save))
 
 
 def run_settings(args, *names):
@@ -123,7 +127,7 @@ def _run(args, distribution=None):
     if pretrained is not None:
         from keras_vit.models.vit_classifier import ViTClassifier
 
-        keras.utils.set_random_seed(args.seed)
+        set_random_seed(args.seed)
         model = ViTClassifier(backbone=pretrained, num_classes=10)
         print(f"Fine-tuning the pre-trained backbone of {args.init_from}.")
     elif args.variant is None:
@@ -131,13 +135,13 @@ def _run(args, distribution=None):
     else:
         from keras_vit.models.vit_classifier import ViTClassifier
 
-        keras.utils.set_random_seed(args.seed)
+        set_random_seed(args.seed)
         model = ViTClassifier.from_variant(args.variant, image_size=image_size, num_channels=1, num_classes=10)
     print(f"Backend: {keras.backend.backend()}; model: {model.count_params():,} parameters; "
           f"{len(x_train)} training and {len(x_test)} held-out digits.")
     if distribution is not None:
         print(f"Distributed ({args.distribute} parallel): {_describe(distribution)}")
-    from keras_vit.workflows.training import default_run_dir, save_model
+    from keras_vit.workflows.training import default_run_dir, finish_run, save_model
 
     run_dir = getattr(args, "run_dir", None) or default_run_dir(args.save)
     if run_dir is None:
@@ -145,7 +149,7 @@ def _run(args, distribution=None):
     result = train_classifier(
         model, (x_train, y_train), (x_test, y_test),
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay, seed=args.seed, run_dir=run_dir,
+        weight_decay=args.weight_decay, seed=args.seed, run_dir=run_dir, keep_backup=True,
         settings=run_settings(args, "command", "epochs", "batch_size", "learning_rate", "weight_decay", "seed",
                               "variant", "image_size", "init_from"),
     )
@@ -154,6 +158,7 @@ def _run(args, distribution=None):
     if args.save:
         save_model(model, args.save)
         print(f"Saved the trained model to {args.save}")
+    finish_run(run_dir)  # after the save: a kill before it resumes with every epoch done
     return 0
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, check_tensors, model_to_timm
 from keras_vit.utils import atomic_write
-from keras_vit.utils.files import quote
+from keras_vit.utils.files import check_writable_names, mark_directory
 
 # ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / STD).
 HF_DEFAULT_MEAN = (0.5, 0.5, 0.5)
@@ -310,6 +310,11 @@ def _check_exportable(backbone, classifier):
         )
 
 
+# What export_huggingface writes, and the kind its ownership marker records.
+HUGGINGFACE_FILES = ("config.json", "preprocessor_config.json", "model.safetensors")
+HUGGINGFACE_KIND = "huggingface"
+
+
 def export_huggingface(model, directory):
     """Write a keras_vit model as a Hugging Face `transformers` ViT directory.
 
@@ -322,7 +327,9 @@ def export_huggingface(model, directory):
         model: `ViTClassifier` or `ViTBackbone` with a layout Hugging Face's
             ViT can express (class token, no registers or LayerScale,
             token pooling, no representation layer).
-        directory: str or path-like. Created if needed.
+        directory: str or path-like. Created if needed. Other files in it
+            are left alone; one of the three names that keras_vit did not
+            write there is refused before anything is written.
 
     Returns:
         The `config.json` dict that was written.
@@ -391,8 +398,9 @@ def export_huggingface(model, directory):
         "image_mean": mean,
         "image_std": std,
     }
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise ValueError(f"{quote(directory)} exists and is not a directory; give a directory to write to.")
+    # Beside a user's other files (a README) is fine; over a file of the same name that keras_vit
+    # did not write (another model's config.json) is not.
+    check_writable_names(directory, HUGGINGFACE_FILES, HUGGINGFACE_KIND, "directory")
     os.makedirs(directory, exist_ok=True)
     # Each file is written whole (temporary name, then rename): a failure
     # never leaves a half-written file behind.
@@ -400,4 +408,5 @@ def export_huggingface(model, directory):
         with atomic_write(os.path.join(directory, name), "w") as handle:
             json.dump(document, handle, indent=2)
     write_safetensors(os.path.join(directory, "model.safetensors"), out, metadata={"format": "pt"})
+    mark_directory(directory, HUGGINGFACE_KIND, HUGGINGFACE_FILES)
     return config

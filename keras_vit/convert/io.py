@@ -16,6 +16,7 @@ import struct
 import numpy as np
 
 from keras_vit.utils import atomic_write
+from keras_vit.utils.errors import OptInRequired
 from keras_vit.utils.files import quote
 
 PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
@@ -280,11 +281,12 @@ def check_finite(tensors, source, allow_non_finite=False):
         if array.dtype.kind == "f" and not np.isfinite(array).all():
             bad.append(f"{name} ({int(np.size(array) - np.isfinite(array).sum())} of {array.size} values)")
     if bad:
-        raise ValueError(
+        raise OptInRequired(
             f"The {source} has weights that are NaN or infinite: {', '.join(sorted(bad)[:8])}"
             + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
             + ". A model with them outputs NaN. The training run that wrote it diverged or the file is "
-            "damaged; pass `allow_non_finite=True` to load it anyway (e.g. to inspect it)."
+            "damaged; pass {option} to load it anyway (e.g. to inspect it).",
+            "allow_non_finite",
         )
 
 

@@ -27,7 +27,7 @@ def load_digits_split(test_fraction=0.2, seed=0, pixel_range=255.0):
     except ImportError as error:  # pragma: no cover - depends on the environment
         raise ImportError(
             "The digits dataset comes with scikit-learn. Install it with "
-            "`pip install scikit-learn` (or `pip install 'keras3-vit[data]'`)."
+            "`pip install scikit-learn`."
         ) from error
     digits = load_digits()
     images = (digits.images * (pixel_range / 16.0)).astype("float32")[..., None]
@@ -66,7 +66,7 @@ def write_digits_folder(directory, test_fraction=0.2, seed=0):
     from keras_vit.utils import atomic_directory
 
     (x_train, y_train), (x_test, y_test) = load_digits_split(test_fraction=test_fraction, seed=seed)
-    with atomic_directory(directory) as staging:
+    with atomic_directory(directory, "digits") as staging:
         for part, images, labels in (("train", x_train, y_train), ("test", x_test, y_test)):
             for label in range(10):
                 os.makedirs(os.path.join(staging, part, str(label)))

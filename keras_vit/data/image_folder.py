@@ -48,7 +48,7 @@ def _pil():
         from PIL import Image
     except ImportError as error:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "Image folders are decoded with Pillow: `pip install pillow` (or `pip install 'keras3-vit[data]'`)."
+            "Image folders are decoded with Pillow: `pip install pillow`."
         ) from error
     return Image
 

@@ -2,7 +2,7 @@
 
 Arrays first: everything returns numpy arrays on every backend and needs no
 plotting library. `keras_vit.inspection.figures` draws them with matplotlib
-(`pip install 'keras3-vit[plot]'`).
+(`pip install matplotlib`).
 
 Example:
 

@@ -12,7 +12,7 @@ import numpy as np
 from keras_vit.inspection.attention import upsample
 from keras_vit.utils import atomic_write
 
-PLOT_EXTRA_HINT = "pip install 'keras3-vit[plot]'"
+PLOT_EXTRA_HINT = "pip install matplotlib"
 
 
 def require_matplotlib():

@@ -167,7 +167,7 @@ def keras_cv_resnet_v2_stem(
         import keras_cv
     except ImportError as error:  # optional dependency
         raise ImportError(
-            "keras_cv_resnet_v2_stem needs keras-cv: `pip install 'keras3-vit[cv]'`."
+            "keras_cv_resnet_v2_stem needs keras-cv: `pip install keras-cv`."
         ) from error
     if preset is not None:
         model = keras_cv.models.ResNetV2Backbone.from_preset(

@@ -2,6 +2,8 @@
 
 import re
 
+from keras_vit.utils.errors import ArgumentError
+
 # Width, depth, heads and MLP size of each model size (Table 1 of the paper).
 MODEL_SIZES = {
     "Ti": {"hidden_dim": 192, "num_layers": 12, "num_heads": 3, "mlp_dim": 768},
@@ -71,7 +73,7 @@ def parse_variant(name):
     match = _VARIANT_PATTERN.match(name.strip()) if isinstance(name, str) else None
     sizes = {size.lower(): size for size in MODEL_SIZES}
     if match is None or int(match.group(2)) not in PATCH_SIZES:
-        raise ValueError(
+        raise ArgumentError(  # a ValueError the command line reports as the user's input (exit 2)
             f"Unknown ViT variant {name!r}. Known variants: "
             f"{', '.join(variant_names())} (the 'ViT-' prefix is optional); hybrids: "
             f"{', '.join(hybrid_variant_names())}."

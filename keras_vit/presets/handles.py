@@ -19,6 +19,7 @@ from keras_vit.convert.formats import detect_config_format
 from keras_vit.presets import hub
 from keras_vit.presets.keras_vit_format import CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE, read_json
 from keras_vit.presets.registry import PRESETS
+from keras_vit.utils.files import recover_directory
 
 _HF_WEIGHTS = "model.safetensors"
 
@@ -33,7 +34,16 @@ def resolve(handle):
     if not isinstance(handle, (str, os.PathLike)):
         raise ValueError(f"A preset handle is {describe_handles()}. Received: {handle!r}")
     handle = os.fspath(handle)
+    if not handle.startswith(("hf://", "kaggle://")):
+        recover_directory(handle)  # a preset save killed between its two renames (no atomic exchange)
     if handle in PRESETS:
+        if os.path.exists(handle):
+            # A bare name that is both: neither reading may win silently.
+            raise ValueError(
+                f"{handle!r} is both a registered preset and a {'directory' if os.path.isdir(handle) else 'file'} "
+                f"here ({os.path.abspath(handle)}). Write {os.path.join('.', handle)!r} (or its full path) to load "
+                "the local one; rename it to load the registered preset."
+            )
         return "registry", handle, PRESETS[handle]
     if handle.startswith("hf://"):
         hub.parse_hub_handle(handle)

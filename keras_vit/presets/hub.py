@@ -36,7 +36,6 @@ _CHUNK = 1 << 20
 # The hub's own repo-id rule (huggingface_hub.utils.validate_repo_id) for each of
 # `org` and `repo`, limited to ASCII: word characters, '-' and '.', starting and
 # ending with a word character, at most 96 characters, no '--' or '..'.
-_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?")
 _REVISION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,199}")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -89,10 +88,15 @@ def offline_mode():
 
 
 def check_repo_id(repo_id, handle=None):
-    """Raise `ValueError` unless `repo_id` is `"org/repo"` by the hub's naming rules."""
+    """Raise `ValueError` unless `repo_id` is `"org/repo"` by the hub's own rules (`validate_repo_id`)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
     shown = handle if handle is not None else repo_id
-    parts = repo_id.split("/") if isinstance(repo_id, str) else []
-    if len(parts) != 2 or not all(_NAME.fullmatch(part) and "--" not in part and ".." not in part for part in parts):
+    try:
+        valid = isinstance(repo_id, str) and repo_id.count("/") == 1 and validate_repo_id(repo_id) is None
+    except HFValidationError:
+        valid = False
+    if not valid:
         raise ValueError(
             "A hub handle names a repository as 'hf://org/repo': two names of letters, digits, '_', '-' and '.', each "
             "starting and ending with a letter, digit or '_', at most 96 characters, without '--' or '..'. "
@@ -147,7 +151,7 @@ def parse_hub_handle(handle):
 # === Network seam ===
 
 
-def _endpoint():
+def endpoint():
     return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
 
@@ -182,19 +186,19 @@ def _download_file(repo_id, filename, revision, cache_root, local_files_only=Fal
     except ImportError as error:
         raise ImportError(
             "Downloading presets needs the `huggingface_hub` package, which is not installed. "
-            "Install it with `pip install huggingface_hub` (or `pip install 'keras3-vit[hub]'`), or pass "
+            "Install it with `pip install huggingface_hub`, or pass "
             "the path of a checkpoint already on disk instead of a preset name."
         ) from error
     import keras_vit
 
     def download(local_only):
         return huggingface_hub.hf_hub_download(
-            repo_id=repo_id, filename=filename, revision=revision, cache_dir=cache_root, endpoint=_endpoint(),
+            repo_id=repo_id, filename=filename, revision=revision, cache_dir=cache_root, endpoint=endpoint(),
             local_files_only=local_only, library_name="keras_vit", library_version=keras_vit.__version__,
         )
 
     if not local_files_only:
-        problem = _probe(_endpoint())
+        problem = _probe(endpoint())
         if problem is not None:
             # Unreachable: a cached copy still serves; otherwise say so now rather than
             # after huggingface_hub's retries (~25 s).
@@ -210,7 +214,7 @@ def _download_file(repo_id, filename, revision, cache_root, local_files_only=Fal
 
 def _translate_error(error, repo_id, filename, revision, offline=False):
     """Turn a huggingface_hub / network error into one that says what to do."""
-    url = f"https://huggingface.co/{repo_id}"
+    url = f"{endpoint()}/{repo_id}"  # HF_ENDPOINT, when a mirror serves the hub
     where = f"'{filename}' of {url}" + (f" at revision {revision!r}" if revision else "")
     names = {cls.__name__ for cls in type(error).__mro__}
     response = getattr(error, "response", None)
@@ -341,7 +345,7 @@ def fetch(repo_id, filename, revision=None, sha256=None):
     except Exception as error:  # translated into a message that says what to do
         if problem is not None and "LocalEntryNotFoundError" in {cls.__name__ for cls in type(error).__mro__}:
             raise PermissionError(
-                f"Cannot download '{filename}' of https://huggingface.co/{repo_id}: the cache directory {root} "
+                f"Cannot download '{filename}' of {endpoint()}/{repo_id}: the cache directory {root} "
                 f"cannot be written ({problem}). Set {_cache_variable()} to a writable directory."
             ) from error
         translated = _translate_error(error, repo_id, filename, revision, offline=offline)
@@ -363,7 +367,7 @@ def _check_sha256(path, expected, repo_id, filename, revision, root):
     if digest == expected.lower():
         _verified[key] = digest
         return
-    where = f"'{filename}' of https://huggingface.co/{repo_id}" + (f" at revision {revision!r}" if revision else "")
+    where = f"'{filename}' of {endpoint()}/{repo_id}" + (f" at revision {revision!r}" if revision else "")
     # The cache names a large file's blob by the SHA-256 the hub announced: if that is
     # the expected one, the bytes were damaged on the way or on disk, so drop them.
     if os.path.basename(real) == expected.lower() and _inside(real, root):

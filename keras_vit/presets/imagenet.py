@@ -25,6 +25,14 @@ def _class_table(class_names, shape):
     num_scores = shape[-1]
     source = class_names
     if hasattr(class_names, "class_names") or hasattr(class_names, "num_classes"):  # a model
+        model_classes = getattr(class_names, "num_classes", None)
+        if model_classes is not None and model_classes != num_scores:
+            # 1000 scores from a 3-class model are not that model's predictions: never name them ImageNet's.
+            raise ValueError(
+                f"The predictions score {num_scores} classes, but the model passed as `class_names` has "
+                f"{model_classes}. Pass that model's own predictions, or the class names of the model that made "
+                "them."
+            )
         source = getattr(class_names, "class_names", None)
         if source is None and num_scores != len(imagenet_classes()):
             ids = [str(i) for i in range(num_scores)]

@@ -11,13 +11,13 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import warnings
 
 import keras
 import numpy as np
 
 from keras_vit.utils import atomic_directory
+from keras_vit.utils.files import check_replaceable, recover_directory
 from keras_vit.utils.files import quote
 
 CONFIG_FILE = "config.json"
@@ -25,6 +25,8 @@ WEIGHTS_FILE = "model.weights.h5"
 METADATA_FILE = "metadata.json"
 FORMAT_VERSION = 1
 KERAS_VIT_FILES = (CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE)
+# The kind recorded in a preset directory's ownership marker (keras_vit.utils.files).
+PRESET_KIND = "preset"
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 
@@ -116,10 +118,6 @@ def _json_default(value):
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-# Files that hold a model of another format: a preset saved over them would hide or break it.
-_MODEL_FILE_ENDINGS = (".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".npz", ".keras", ".h5", ".msgpack")
-
-
 def _check_json_metadata(info):
     for key, value in info.items():
         try:
@@ -131,42 +129,33 @@ def _check_json_metadata(info):
             ) from None
 
 
-def _check_not_another_model(directory, document):
-    """Refuse a directory that holds another model's files, which the preset would overwrite or shadow."""
-    if not os.path.isdir(directory):
+def _warn_if_another_model(directory, document):
+    """Warn when a save replaces a preset of ours that holds a different model."""
+    try:
+        with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as file:
+            previous = json.load(file)
+    except (OSError, ValueError):
         return
-    names = set(os.listdir(directory))
-    foreign = sorted(n for n in names - set(KERAS_VIT_FILES) if n.lower().endswith(_MODEL_FILE_ENDINGS))
-    if CONFIG_FILE in names and METADATA_FILE not in names:
-        foreign = [CONFIG_FILE, *foreign]  # a Hugging Face / timm / keras-hub model's config
-    if not foreign and CONFIG_FILE in names:
-        try:
-            with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as file:
-                previous = json.load(file)
-        except (OSError, ValueError):
-            previous = None
-        if previous != json.loads(json.dumps(document, default=_json_default)):  # tuples read back as lists
-            described = previous.get("class_name") if isinstance(previous, dict) else "an unreadable config"
-            warnings.warn(
-                f"Replacing the preset in {quote(directory)} ({described}) by a different model; the old one "
-                "is gone once the save completes.", UserWarning, stacklevel=3,
-            )
-    if foreign:
-        raise ValueError(
-            f"{quote(directory)} holds another model's files ({', '.join(foreign)}); saving a preset there "
-            "would overwrite or shadow them. Save to a new or empty directory, or remove those files first."
+    if previous != json.loads(json.dumps(document, default=_json_default)):  # tuples read back as lists
+        described = previous.get("class_name") if isinstance(previous, dict) else "an unreadable config"
+        warnings.warn(
+            f"Replacing the preset in {quote(directory)} ({described}) by a different model; the old one "
+            "is gone once the save completes.", UserWarning, stacklevel=3,
         )
 
 
 def save_to_preset(model, directory, **metadata):
     """Write `model` as a keras_vit preset: config.json, model.weights.h5, metadata.json.
 
-    The directory is written under a temporary name and renamed into place,
-    so it is either the old preset or the new one, never half written.
+    The directory is written under a temporary name and swapped into place,
+    so it is either the old preset or the new one, never half written, even
+    if the process is killed.
 
     Args:
         model: `ViTBackbone`, `ViTClassifier` or `MaskedPatchPredictor`.
-        directory: str. Created if missing; an existing preset is replaced.
+        directory: str. Created if missing; an existing preset that keras_vit
+            wrote is replaced. A directory holding anything else (a user's
+            files, another model) is refused before anything is written.
         **metadata: Extra JSON-serializable fields for `metadata.json`.
             `class_names=[...]` (or `"imagenet-1k"`) also names the classes
             of a classifier that has none in its config.
@@ -193,14 +182,13 @@ def save_to_preset(model, directory, **metadata):
     }
     directory = os.fspath(directory)
     _check_json_metadata(info)
-    _check_not_another_model(directory, document)
-    with atomic_directory(directory) as staging:
-        # Other files in an existing directory (a README, a model card) are kept.
-        if os.path.isdir(directory):
-            for name in sorted(set(os.listdir(directory)) - set(KERAS_VIT_FILES)):
-                source = os.path.join(directory, name)
-                copy = shutil.copytree if os.path.isdir(source) else shutil.copy2
-                copy(source, os.path.join(staging, name))
+    # Only a directory keras_vit wrote as a preset is replaced: a user's own
+    # files (a config.json of another project, notes, data) are never touched.
+    recover_directory(directory)
+    check_replaceable(directory, PRESET_KIND, "directory")
+    if os.path.isdir(directory):
+        _warn_if_another_model(directory, document)
+    with atomic_directory(directory, PRESET_KIND) as staging:
         with open(os.path.join(staging, CONFIG_FILE), "w", encoding="utf-8") as file:
             json.dump(document, file, indent=2, default=_json_default)
         model.save_weights(os.path.join(staging, WEIGHTS_FILE))
@@ -210,6 +198,7 @@ def save_to_preset(model, directory, **metadata):
 
 def load_keras_vit(directory, load_weights, where):
     """Read a keras_vit preset directory into a model."""
+    recover_directory(directory)  # a save killed between its two renames (systems without an exchange)
     config_path = os.path.join(directory, CONFIG_FILE)
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE if load_weights else None) if name

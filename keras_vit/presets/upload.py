@@ -11,7 +11,9 @@ import json
 import os
 
 from keras_vit.presets import hub
+from keras_vit.presets.keras_vit_format import PRESET_KIND
 from keras_vit.utils import atomic_write
+from keras_vit.utils.files import mark_directory
 
 CARD_FILE = "README.md"
 PRESET_FILES = ("config.json", "model.weights.h5", "metadata.json")
@@ -27,7 +29,7 @@ def _hub_api(token=None):
     except ImportError as error:
         raise ImportError(
             "Uploading presets needs the `huggingface_hub` package, which is not installed. Install it with "
-            "`pip install huggingface_hub` (or `pip install 'keras3-vit[hub]'`)."
+            "`pip install huggingface_hub`."
         ) from error
     return HfApi(token=token)
 
@@ -99,11 +101,13 @@ def model_card(model, document, metadata, repo_id, license=None):
     params = int(model.count_params())
     license = license or metadata.get("license")
     class_names = getattr(model, "class_names", None) or metadata.get("class_names")
-    front = ["---", "library_name: keras_vit"]
-    if license:
-        front.append(f"license: {license}")
-    front += ["tags:", "- keras", "- keras_vit", "- vision-transformer",
-              f"pipeline_tag: {'image-classification' if classifier else 'image-feature-extraction'}", "---", ""]
+    from huggingface_hub import ModelCard, ModelCardData
+
+    # The hub's own card metadata class writes the YAML front matter the hub reads.
+    card_data = ModelCardData(
+        library_name="keras_vit", license=license or None, tags=["keras", "keras_vit", "vision-transformer"],
+        pipeline_tag="image-classification" if classifier else "image-feature-extraction",
+    )
     lines = [
         f"# {repo_id.split('/')[1]}", "",
         f"A keras_vit {'ViTClassifier' if classifier else 'ViTBackbone (no classification head)'}: {variant}, "
@@ -144,7 +148,7 @@ def model_card(model, document, metadata, repo_id, license=None):
     saved = [part for part in saved if part]
     if saved:
         lines += ["", f"Saved with {', '.join(saved)}" + (f" on {metadata['date']}" if "date" in metadata else "") + "."]
-    return "\n".join(front + lines) + "\n"
+    return str(ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n"))
 
 
 def upload_preset(directory, handle, private=False, commit_message=None, license=None, token=None):
@@ -189,6 +193,8 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
     if not os.path.exists(card):
         with atomic_write(card, "w") as file:
             file.write(model_card(model, document, metadata, repo_id, license=license))
+        # The card is ours: a later save_to_preset into this directory may replace it.
+        mark_directory(directory, PRESET_KIND, [CARD_FILE])
     api = _hub_api(token)
     try:
         api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
@@ -209,7 +215,7 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
 
 
 def _translate_upload_error(error, repo_id):
-    url = f"https://huggingface.co/{repo_id}"
+    url = f"{hub.endpoint()}/{repo_id}"  # HF_ENDPOINT, when a mirror serves the hub
     status = getattr(getattr(error, "response", None), "status_code", None)
     names = {cls.__name__ for cls in type(error).__mro__}
     if status in (401, 403):

@@ -20,8 +20,12 @@ The solve runs in float64 numpy: the system is at most a few thousand wide,
 and double precision keeps the weights independent of the backend.
 """
 
+import warnings
+
 import keras
 import numpy as np
+
+from keras_vit.utils.errors import ArgumentError
 
 BIAS_CONSTANT = 100.0
 DEFAULT_L2_REG = 2.0**10
@@ -110,14 +114,48 @@ def extract_features(model, images, batch_size=64):
                       dtype="float64")
 
 
+def check_shots(shots, pool_labels, num_classes, class_names=None):
+    """Refuse shots that are not positive integers, or more than the smallest class has in the pool.
+
+    Args:
+        shots: sequence of int. Examples per class.
+        pool_labels: int array. Labels of the pool the shots are drawn from.
+        num_classes: int.
+        class_names: list of str or `None`. Named in the message.
+
+    Raises:
+        ArgumentError: naming the k, the smallest class and its count.
+    """
+    for k in shots:
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
+            raise ArgumentError("{name} must be positive integers.", "shots", k)
+    counts = np.bincount(np.asarray(pool_labels, dtype="int64"), minlength=num_classes)[:num_classes]
+    smallest = int(np.argmin(counts))
+    too_many = [int(k) for k in shots if k > counts[smallest]]
+    if too_many:
+        name = repr(class_names[smallest]) if class_names else smallest
+        raise ArgumentError(
+            f"{{name}} asks for {max(too_many)} examples per class, but class {name} has {counts[smallest]} in the "
+            f"shot pool; a larger k would silently use fewer. Use shots of at most {counts[smallest]}, or add images.",
+            "shots", ",".join(str(int(k)) for k in shots),
+        )
+
+
+def shots_the_pool_supports(shots, pool_labels, num_classes):
+    """The shots of `shots` that every class of the pool can supply."""
+    smallest = int(np.bincount(np.asarray(pool_labels, dtype="int64"), minlength=num_classes)[:num_classes].min())
+    return [k for k in shots if k <= smallest]
+
+
 def fewshot_accuracy(train_features, train_labels, test_features, test_labels, num_classes=None,
                      shots=DEFAULT_SHOTS, seeds=(0, 1, 2), l2_reg=DEFAULT_L2_REG):
     """k-shot linear-probe accuracy on precomputed features, for several k and seeds.
 
     For each seed, each class's training examples are permuted
     (`numpy.random.default_rng(seed)`) and the first k of each class fit the
-    probe; it is scored on all test examples. Classes with fewer than k
-    examples contribute what they have.
+    probe; it is scored on all test examples. A k larger than the smallest
+    class's pool is refused: a "25-shot" result from classes of 10 images
+    would be a 10-shot result under another name.
 
     Args:
         train_features, train_labels: the pool the shots are drawn from.
@@ -133,10 +171,9 @@ def fewshot_accuracy(train_features, train_labels, test_features, test_labels, n
     train_labels = np.asarray(train_labels)
     if num_classes is None:
         num_classes = int(max(train_labels.max(), np.max(test_labels))) + 1
+    check_shots(shots, train_labels, num_classes)
     results = {}
     for k in shots:
-        if not isinstance(k, (int, np.integer)) or k <= 0:
-            raise ValueError(f"Shots must be positive integers. Received: {k!r}")
         per_seed = []
         for seed in seeds:
             rng = np.random.default_rng(seed)
@@ -170,6 +207,9 @@ def fewshot_evaluate(model, train_images, train_labels, test_images, test_labels
     >>> backbone = keras_vit.ViTBackbone.from_preset("vit_b16_in21k")
     >>> keras_vit.fewshot_evaluate(backbone, x_pool, y_pool, x_test, y_test, shots=(1, 5, 10))
     """
+    if num_classes is None:
+        num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
+    check_shots(shots, train_labels, num_classes)  # before the features are computed
     extractor = representation_model(model)
     train_features = extract_features(extractor, train_images, batch_size)
     test_features = extract_features(extractor, test_images, batch_size)
@@ -184,6 +224,9 @@ def fewshot_evaluate_folder(model, data_dir, test_dir=None, test_split=0.2, shot
     Images are resized (shorter side) and centre-cropped to the model's size
     and converted to its channels. Without `test_dir`, `test_split` of each
     class (by `seed`) is the evaluation set and the rest the shot pool.
+    `shots=None` takes the default shots (1, 5, 10, 25) that every class can
+    supply and warns about the rest; explicit shots larger than the smallest
+    class are refused (`check_shots`).
 
     Returns:
         `(results, class_names)`.
@@ -200,6 +243,15 @@ def fewshot_evaluate_folder(model, data_dir, test_dir=None, test_split=0.2, shot
     else:
         pool, test = stratified_split(labels, test_split, seed)
         pool_images, pool_labels, test_images, test_labels = images[pool], labels[pool], images[test], labels[test]
+    if shots is None:
+        shots = shots_the_pool_supports(DEFAULT_SHOTS, pool_labels, len(class_names))
+        left_out = [k for k in DEFAULT_SHOTS if k not in shots]
+        if left_out:
+            warnings.warn(f"Not evaluated: {', '.join(f'{k}-shot' for k in left_out)}; the smallest class of "
+                          f"{data_dir} has fewer images than that in the shot pool.", UserWarning, stacklevel=2)
+        if not shots:
+            raise ArgumentError(f"{data_dir}: a class has no image in the shot pool; add images to every class.")
+    check_shots(shots, pool_labels, len(class_names), class_names)
     results = fewshot_evaluate(model, pool_images, pool_labels, test_images, test_labels, len(class_names), shots,
                                seeds, l2_reg)
     return results, class_names

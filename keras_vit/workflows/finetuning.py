@@ -11,12 +11,14 @@ that carries the class names.
 import math
 import os
 import time
+import warnings
 
 import keras
 import numpy as np
 
-from keras_vit.utils import atomic_directory
-from keras_vit.utils.files import quote
+from keras_vit.utils.errors import ArgumentError, check_positive_integer
+from keras_vit.utils.files import check_not_nested, check_replaceable, quote
+from keras_vit.utils.seeds import set_random_seed
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
 # no weight decay, gradient clipping at global norm 1, cosine decay with
@@ -33,7 +35,7 @@ RECIPES = {
 
 
 def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay=None, batch_size=32,
-                           effective_batch_size="recipe"):
+                           effective_batch_size="recipe", steps_per_epoch=None):
     """The optimizer of a fine-tuning recipe, with its schedule over `total_steps` optimizer steps.
 
     Args:
@@ -48,6 +50,10 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
             gradients of `ceil(effective / batch_size)` steps are
             accumulated (Keras' `gradient_accumulation_steps`). `"recipe"`
             takes the recipe's (512 for `"paper"`).
+        steps_per_epoch: int or `None`. Batches in one epoch. Accumulation
+            never spans more steps than an epoch has: on a folder of 20
+            images, 512 images per update would otherwise mean one update
+            every 16 epochs (Keras' accumulators carry across epochs).
 
     Returns:
         `(optimizer, accumulation_steps)`.
@@ -62,6 +68,8 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
     accumulation = 1
     if effective_batch_size and effective_batch_size > batch_size:
         accumulation = math.ceil(effective_batch_size / batch_size)
+    if steps_per_epoch is not None:
+        accumulation = max(1, min(accumulation, steps_per_epoch))
     warmup = max(1, int(total_steps * settings["warmup_fraction"]))
     schedule = keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0, decay_steps=max(1, total_steps - warmup), warmup_target=learning_rate,
@@ -74,6 +82,35 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
     else:
         optimizer = keras.optimizers.AdamW(weight_decay=weight_decay, **common)
     return optimizer, accumulation
+
+
+# Fewer optimizer updates than this in a whole run is almost surely a mistake
+# (a small folder under a large accumulated batch): say so before training.
+MIN_UPDATES = 10
+
+
+def warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, num_images):
+    """Warn before training when a run would make fewer than `MIN_UPDATES` optimizer updates.
+
+    Also says when accumulation does not divide an epoch: the last
+    `steps_per_epoch % accumulation` batches of an epoch are added to the
+    next epoch's first update (Keras' accumulators carry across epochs).
+    """
+    if updates < MIN_UPDATES:
+        warnings.warn(
+            f"This run makes only {updates} optimizer update(s): {num_images} training images are "
+            f"{steps_per_epoch} batch(es) per epoch, and {accumulation} batches are accumulated per update, over "
+            f"{epochs} epoch(s). The model will barely change. Accumulate less (`effective_batch_size=None`; "
+            "`--effective-batch-size 0` on the command line), use the AdamW recipe (`recipe=\"adamw\"`; "
+            "`--recipe adamw`), or train for more epochs.",
+            UserWarning, stacklevel=3,
+        )
+    elif steps_per_epoch % accumulation:
+        warnings.warn(
+            f"Gradient accumulation of {accumulation} batches does not divide the {steps_per_epoch} batches of an "
+            f"epoch: the last {steps_per_epoch % accumulation} batch(es) of each epoch are carried into the next "
+            "epoch's first update.", UserWarning, stacklevel=3,
+        )
 
 
 def _with_new_head(model, num_classes):
@@ -134,7 +171,7 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
 
     if (preset is None) == (variant is None):
         raise ValueError("Give exactly one of `preset` (pre-trained weights) or `variant` (from scratch).")
-    keras.utils.set_random_seed(seed)
+    set_random_seed(seed)
     if variant is not None:
         return ViTClassifier.from_variant(variant, image_size=image_size or 224, num_channels=num_channels,
                                           num_classes=num_classes)
@@ -142,7 +179,7 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
         from keras_vit.workflows.pretraining import load_pretrained_backbone
 
         if not os.path.isfile(preset):
-            raise ValueError(f"No such .keras file: {quote(preset)}.")
+            raise ArgumentError(f"No such .keras file: {quote(preset)}.")
         loaded = keras.saving.load_model(preset, compile=False)
         if isinstance(loaded, ViTClassifier) and (
                 image_size is None or tuple(loaded.backbone.image_size) == _pair(image_size)):
@@ -153,24 +190,24 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
     return _with_new_head(model, num_classes)
 
 
-def check_output_dir(output):
-    """Fail before training if `output` cannot become a preset directory."""
+def check_output_dir(output, argument="output"):
+    """Fail before training if `output` cannot become a preset directory.
+
+    A new path, an empty directory or a preset keras_vit wrote may be
+    written; a directory holding anything else (a user's project, another
+    model, data) is refused, so nothing of the user's is ever replaced.
+    """
+    from keras_vit.presets.keras_vit_format import PRESET_KIND
+
     if output is None:
         return
     output = os.fspath(output)
-    if os.path.exists(output):
-        if not os.path.isdir(output):
-            raise ValueError(f"--output {quote(output)} is a file; give a directory name for the preset.")
-        if os.listdir(output) and not os.path.exists(os.path.join(output, "config.json")):
-            raise ValueError(
-                f"--output {quote(output)} is a non-empty directory that is not a keras_vit preset; it would be "
-                "replaced. Choose a new directory name."
-            )
+    check_replaceable(output, PRESET_KIND, argument)
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
-        raise ValueError(f"Cannot write {quote(output)}: the directory {quote(parent)} does not exist. Create it first.")
+        raise ArgumentError(f"Cannot write {quote(output)}: the directory {quote(parent)} does not exist. Create it first.")
     if not os.access(parent, os.W_OK):
-        raise ValueError(f"Cannot write {quote(output)}: the directory {quote(parent)} is not writable.")
+        raise ArgumentError(f"Cannot write {quote(output)}: the directory {quote(parent)} is not writable.")
 
 
 def finetune(
@@ -246,20 +283,28 @@ def finetune(
     >>> result["accuracy"], result["class_names"]
     """
     from keras_vit.data import AugmentPolicy, check_labels, image_folder_datasets
-    from keras_vit.workflows.training import check_training_arguments, default_run_dir, fit_resumable
+    from keras_vit.workflows.training import (
+        check_run_dir, check_training_arguments, default_run_dir, finish_run, fit_resumable)
 
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
     if recipe not in RECIPES:
-        raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
+        raise ArgumentError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
     if effective_batch_size not in ("recipe", None):
-        check_training_arguments(batch_size=effective_batch_size)
+        check_positive_integer("effective_batch_size", effective_batch_size)
     if not os.path.isdir(data_dir):
-        raise ValueError(f"No such image folder: {quote(data_dir)}. Give a directory with one subfolder per class.")
+        raise ArgumentError(f"No such image folder: {quote(data_dir)}. Give a directory with one subfolder per class.")
     if validation_dir is not None and not os.path.isdir(validation_dir):
-        raise ValueError(f"No such validation folder: {quote(validation_dir)}.")
+        raise ArgumentError(f"No such validation folder: {quote(validation_dir)}.")
     check_output_dir(output)
     if run_dir == "auto":
         run_dir = default_run_dir(output)
+    check_run_dir(run_dir)
+    # The output and the run directory must not be, contain or lie inside what the run reads or the other.
+    preset_path = preset if preset is not None and os.path.exists(str(preset)) else None
+    check_not_nested(output, {"data directory": data_dir, "validation directory": validation_dir,
+                              "run directory": run_dir, "pre-trained model": preset_path}, "output")
+    check_not_nested(run_dir, {"data directory": data_dir, "validation directory": validation_dir,
+                               "pre-trained model": preset_path}, "run_dir")
     augment = augment or AugmentPolicy()
 
     # Class names first (a cheap directory listing), so the head has the right size.
@@ -277,11 +322,13 @@ def finetune(
     )
     check_labels(train.labels, model.num_classes)
 
+    steps_per_epoch = len(train)
+    _, accumulation = build_recipe_optimizer(
+        recipe, 1, learning_rate, weight_decay, batch_size, effective_batch_size, steps_per_epoch)
+    total_steps = epochs * steps_per_epoch // accumulation
+    warn_about_few_updates(total_steps, epochs, steps_per_epoch, accumulation, len(train.paths))
     optimizer, accumulation = build_recipe_optimizer(
-        recipe, 1, learning_rate, weight_decay, batch_size, effective_batch_size)
-    total_steps = max(1, epochs * len(train) // accumulation)
-    optimizer, accumulation = build_recipe_optimizer(
-        recipe, total_steps, learning_rate, weight_decay, batch_size, effective_batch_size)
+        recipe, max(1, total_steps), learning_rate, weight_decay, batch_size, effective_batch_size, steps_per_epoch)
     loss = "auto"
     if augment.mixes_labels:
         loss = keras.losses.CategoricalCrossentropy(from_logits=model.activation is None)
@@ -299,7 +346,7 @@ def finetune(
         "augment": repr(augment), "class_names": class_names,
     }
     start = time.perf_counter()
-    history, initial_epoch = fit_resumable(model, train, epochs, run_dir=run_dir, settings=settings,
+    history, initial_epoch = fit_resumable(model, train, epochs, run_dir=run_dir, settings=settings, keep_backup=True,
                                            validation_data=validation, callbacks=callbacks, verbose=verbose)
     seconds = time.perf_counter() - start
     losses = history.history.get("loss", [])
@@ -314,8 +361,8 @@ def finetune(
         scores = model.evaluate(validation, verbose=0, return_dict=True)
         accuracy, held_out_loss = float(scores["accuracy"]), float(scores["loss"])
     if output is not None:
-        with atomic_directory(output) as staging:
-            model.save_to_preset(staging, class_names=class_names)
+        model.save_to_preset(output, class_names=class_names)  # swapped into place whole
+    finish_run(run_dir)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": accuracy, "loss": held_out_loss, "model": model, "class_names": class_names,
         "history": history, "seconds": seconds, "initial_epoch": initial_epoch, "output": output,

@@ -7,6 +7,7 @@ import keras
 from keras_vit.models.masked_patch_predictor import MaskedPatchPredictor
 from keras_vit.models.vit_backbone import ViTBackbone
 from keras_vit.models.vit_classifier import ViTClassifier
+from keras_vit.utils.seeds import set_random_seed
 from keras_vit.workflows.training import DIGITS_MODEL, build_optimizer, check_training_arguments, fit_resumable
 
 
@@ -23,7 +24,7 @@ def build_digits_predictor(seed=0, target="mean_color", corruption_rate=0.5, mas
     Returns:
         A `MaskedPatchPredictor`.
     """
-    keras.utils.set_random_seed(seed)
+    set_random_seed(seed)
     config = {**DIGITS_MODEL, **overrides}
     backbone = ViTBackbone.from_variant(config.pop("variant"), **config)
     return MaskedPatchPredictor(
@@ -44,6 +45,7 @@ def pretrain_predictor(
     verbose=1,
     run_dir=None,
     settings=None,
+    keep_backup=False,
 ):
     """Compile and fit a `MaskedPatchPredictor` on unlabeled images.
 
@@ -64,6 +66,8 @@ def pretrain_predictor(
         run_dir: str or `None`. Checkpoint every epoch here and resume from
             it (see `keras_vit.workflows.training.fit_resumable`). Defaults to `None`.
         settings: dict. The run's settings, checked when resuming.
+        keep_backup: bool. Keep the epoch backup for a caller that saves
+            the model afterwards and then calls `finish_run(run_dir)`.
 
     Returns:
         A dict with the last epoch's `loss` (and `accuracy` for class
@@ -73,12 +77,13 @@ def pretrain_predictor(
     from keras_vit.data.image_folder import ArrayBatches
 
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
-    keras.utils.set_random_seed(seed)
+    set_random_seed(seed)
     data = images if isinstance(images, keras.utils.PyDataset) else ArrayBatches(images, None, batch_size, seed=seed)
     steps = epochs * len(data)
     predictor.compile(optimizer=build_optimizer(learning_rate, weight_decay, steps))
     start = time.perf_counter()
     history, initial_epoch = fit_resumable(predictor, data, epochs, run_dir=run_dir, settings=settings,
+                                           keep_backup=keep_backup,
                                            verbose=verbose)
     seconds = time.perf_counter() - start
     result = {name: float(values[-1]) for name, values in history.history.items()}

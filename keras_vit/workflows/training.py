@@ -14,7 +14,9 @@ import numpy as np
 from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
 from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.utils import atomic_directory, atomic_write, check_writable
-from keras_vit.utils.files import quote
+from keras_vit.utils.errors import ArgumentError, check_positive_integer
+from keras_vit.utils.files import check_writable_names, mark_directory, quote, read_marker, recover_directory
+from keras_vit.utils.seeds import set_random_seed
 
 # A ViT small enough to train on 8x8 digits in about a minute per backend.
 DIGITS_MODEL = {
@@ -57,6 +59,7 @@ def train_classifier(
     verbose=1,
     run_dir=None,
     settings=None,
+    keep_backup=False,
 ):
     """Compile and fit a `ViTClassifier`, then score it on held-out data.
 
@@ -76,6 +79,8 @@ def train_classifier(
         run_dir: str or `None`. Checkpoint every epoch here and resume from
             it (see `fit_resumable`). Defaults to `None`.
         settings: dict. The run's settings, checked when resuming.
+        keep_backup: bool. Keep the epoch backup for a caller that saves
+            the model afterwards and then calls `finish_run(run_dir)`.
 
     Returns:
         A dict with `accuracy` (held-out), `loss`, `seconds` (wall time of
@@ -85,7 +90,7 @@ def train_classifier(
     from keras_vit.data.image_folder import ArrayBatches, check_labels
 
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
-    keras.utils.set_random_seed(seed)
+    set_random_seed(seed)
     x_train, y_train = train_data
     y_train = check_labels(y_train, model.num_classes)
     test_data = (test_data[0], check_labels(test_data[1], model.num_classes))
@@ -94,7 +99,7 @@ def train_classifier(
     start = time.perf_counter()
     history, initial_epoch = fit_resumable(
         model, ArrayBatches(x_train, y_train, batch_size, seed=seed), epochs, run_dir=run_dir,
-        settings=settings, verbose=verbose,
+        settings=settings, verbose=verbose, keep_backup=keep_backup,
     )
     seconds = time.perf_counter() - start
     loss, accuracy = model.evaluate(*test_data, batch_size=256, verbose=0)
@@ -104,7 +109,7 @@ def train_classifier(
 
 def build_digits_classifier(seed=0, **overrides):
     """The demo's ViT for 8x8 digits; `overrides` replace `DIGITS_MODEL` entries."""
-    keras.utils.set_random_seed(seed)
+    set_random_seed(seed)
     config = {**DIGITS_MODEL, **overrides}
     variant = config.pop("variant")
     return ViTClassifier.from_variant(variant, num_classes=10, **config)
@@ -123,13 +128,10 @@ def check_training_arguments(epochs=None, batch_size=None, learning_rate=None, w
         weight_decay: float or `None`. Must be finite and >= 0.
 
     Raises:
-        ValueError: naming the argument and the value received.
+        ArgumentError: naming the argument and the value received.
     """
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if value is None:
-            continue
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    check_positive_integer("epochs", epochs)
+    check_positive_integer("batch_size", batch_size)
     for name, value, low in (("learning_rate", learning_rate, "positive"), ("weight_decay", weight_decay, "zero")):
         if value is None:
             continue
@@ -137,13 +139,41 @@ def check_training_arguments(epochs=None, batch_size=None, learning_rate=None, w
             value <= 0 if low == "positive" else value < 0
         ):
             bound = "> 0" if low == "positive" else ">= 0"
-            raise ValueError(f"`{name}` must be a finite number {bound}. Received: {name}={value!r}")
+            raise ArgumentError(f"{{name}} must be a finite number {bound}.", name, value)
 
 
 # === Checkpoints every epoch, resume when run again ===
 
 CHECKPOINT_WEIGHTS = "checkpoint.weights.h5"
 CHECKPOINT_STATE = "state.json"
+# A run directory holds these, and only these, of ours; each kind is recorded in the
+# directory's ownership marker (keras_vit.utils.files), so a user's directory is never taken.
+RUN_KIND, CHECKPOINT_KIND = "run", "checkpoint"
+BACKUP_DIR, LOG_FILE = "backup", "log.csv"
+
+
+def check_run_dir(run_dir, argument="run_dir"):
+    """Refuse, before any work, a run directory whose `backup/` or `log.csv` keras_vit did not write.
+
+    Other files in the directory are left alone; a new directory is fine.
+
+    Raises:
+        ArgumentError: naming the directory, the files and the argument
+            (`--run-dir` on the command line).
+    """
+    if run_dir is not None:
+        check_writable_names(run_dir, [BACKUP_DIR, LOG_FILE], RUN_KIND, argument)
+
+
+def finish_run(run_dir):
+    """Delete the run's epoch backup (ours), keeping the log: call it once the run's outputs are written.
+
+    Until then the backup stays, so a kill during the final evaluation or
+    the saving of the model resumes with every epoch done instead of
+    training again from the start.
+    """
+    if run_dir is not None and read_marker(run_dir)[0] == RUN_KIND:
+        shutil.rmtree(os.path.join(run_dir, BACKUP_DIR), ignore_errors=True)
 
 
 def _seed_states(model):
@@ -178,6 +208,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
     def restore(self, model):
         """Load the backup into `model` (compiled); return the epochs it had done (0 without one)."""
+        recover_directory(self.directory)  # a swap killed between its renames (systems without an exchange)
         state_path = os.path.join(self.directory, CHECKPOINT_STATE)
         if not os.path.exists(state_path):
             return 0
@@ -219,7 +250,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
             "global_rng": global_rng_state(),
             "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
         }
-        with atomic_directory(self.directory) as staging:
+        with atomic_directory(self.directory, CHECKPOINT_KIND) as staging:
             self.model.save_weights(os.path.join(staging, CHECKPOINT_WEIGHTS))
             with open(os.path.join(staging, CHECKPOINT_STATE), "w") as file:
                 json.dump(state, file)
@@ -237,14 +268,17 @@ def _trim_log(path, epochs_done):
 
 
 def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_data=None, callbacks=(),
-                  verbose=1):
+                  verbose=1, keep_backup=False):
     """`model.fit` that checkpoints every epoch into `run_dir` and resumes from it.
 
     With `run_dir`, the run directory holds `backup/` (an `EpochCheckpoint`)
-    and `log.csv` (`keras.callbacks.CSVLogger`, one row per epoch). Running
-    the same call again after a kill restores the weights, optimizer and
-    random states and continues at the next epoch; the backup is deleted
-    when training finishes (the log is kept). `TerminateOnNaN` stops a run
+    and `log.csv` (`keras.callbacks.CSVLogger`, one row per epoch), and a
+    marker that says keras_vit wrote them: a directory whose `backup/` or
+    `log.csv` is someone else's is refused before training. Running the same
+    call again after a kill restores the weights, optimizer and random
+    states and continues at the next epoch; the backup is deleted when
+    training finishes (or, with `keep_backup=True`, when the caller calls
+    `finish_run` after writing its outputs). The log is kept. `TerminateOnNaN` stops a run
     whose loss becomes NaN. Datasets with `set_epoch` (`ImageFolderDataset`,
     `ArrayBatches`) are told each epoch, so the resumed batches equal the
     uninterrupted run's.
@@ -259,6 +293,8 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
         validation_data: passed to `fit`.
         callbacks: extra callbacks.
         verbose: Keras progress-bar mode.
+        keep_backup: bool. Keep the backup after the last epoch, for a
+            caller that still evaluates or saves. Defaults to `False`.
 
     Returns:
         `(history, initial_epoch)`.
@@ -268,10 +304,12 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     all_callbacks = [EpochSync(data), keras.callbacks.TerminateOnNaN(), *callbacks]
     initial_epoch = 0
     if run_dir is not None:
+        check_run_dir(run_dir)
         os.makedirs(run_dir, exist_ok=True)
-        checkpoint = EpochCheckpoint(os.path.join(run_dir, "backup"), settings)
+        mark_directory(run_dir, RUN_KIND, [BACKUP_DIR, LOG_FILE])
+        checkpoint = EpochCheckpoint(os.path.join(run_dir, BACKUP_DIR), settings)
         initial_epoch = checkpoint.restore(model)
-        log_path = os.path.join(run_dir, "log.csv")
+        log_path = os.path.join(run_dir, LOG_FILE)
         if initial_epoch:
             _trim_log(log_path, initial_epoch)
             if verbose:
@@ -282,8 +320,8 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     # state a checkpoint does not hold.
     history = model.fit(data, validation_data=validation_data, epochs=epochs, initial_epoch=initial_epoch,
                         callbacks=all_callbacks, shuffle=False, verbose=verbose)
-    if run_dir is not None and not model.stop_training:
-        shutil.rmtree(os.path.join(run_dir, "backup"), ignore_errors=True)
+    if not keep_backup and not model.stop_training:
+        finish_run(run_dir)
     return history, initial_epoch
 
 

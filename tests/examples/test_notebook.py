@@ -84,4 +84,5 @@ def test_colab_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     assert len(re.findall(r"^\s*[\d.]+%\s+.+\s+\(n\d{8}\)$", everything, re.M)) == 5
     assert "held-out accuracy:" in everything
     assert "identical predictions: True" in everything
-    assert sorted(os.listdir(work / "cifar10_vit_ti16")) == ["config.json", "metadata.json", "model.weights.h5"]
+    assert sorted(os.listdir(work / "cifar10_vit_ti16")) == [".keras_vit.json", "config.json", "metadata.json",
+                                                             "model.weights.h5"]

@@ -90,5 +90,25 @@ def test_fewshot_command_on_a_folder(tmp_path, capsys):
     assert cli.main(["fewshot", data, "--preset", model, "--shots", "1,2", "--seeds", "2"]) == 0
     out = capsys.readouterr().out
     assert "1-shot:" in out and "2-shot:" in out
-    assert cli.main(["fewshot", data, "--preset", model, "--shots", "0"]) == 1
+    assert cli.main(["fewshot", data, "--preset", model, "--shots", "0"]) == 2
     assert "keras-vit fewshot: error: --shots takes positive integers" in capsys.readouterr().err
+
+
+def test_shots_beyond_the_smallest_class_are_refused_not_silently_shrunk(tmp_path, capsys):
+    from keras_vit import cli
+    from keras_vit.utils.errors import ArgumentError
+
+    # Pool of 6 per class (8 images, 20% held out): a "25-shot" result once came from 6 images per class.
+    labels = np.repeat(np.arange(3), 6)
+    features = np.random.default_rng(0).normal(size=(18, 4))
+    with pytest.raises(ArgumentError, match=r"asks for 25 examples per class, but class 0 has 6"):
+        fewshot_accuracy(features, labels, features, labels, shots=(1, 25), seeds=(0,))
+    data = write_folder(str(tmp_path / "data"), classes=3, per_class=8)
+    model = tiny_backbone_file(str(tmp_path / "tiny.keras"))
+    assert cli.main(["fewshot", data, "--preset", model, "--shots", "5,10"]) == 2
+    assert "--shots asks for 10 examples per class, but class 'class_0' has 6" in capsys.readouterr().err
+    with pytest.warns(UserWarning, match="Not evaluated: 10-shot, 25-shot"):
+        assert cli.main(["fewshot", data, "--preset", model, "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "5-shot:" in out and "10-shot" not in out and "25-shot" not in out
+

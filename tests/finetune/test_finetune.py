@@ -35,9 +35,9 @@ def test_paths_are_checked_before_any_work(folder, tmp_path):
     with pytest.raises(ValueError, match="does not exist. Create it first"):
         keras_vit.finetune(folder, variant="ViT-Ti/16", output=str(tmp_path / "no" / "such" / "dir"))
     (tmp_path / "file").write_text("x")
-    with pytest.raises(ValueError, match="is a file"):
+    with pytest.raises(ValueError, match="exists and is not a directory"):
         keras_vit.finetune(folder, variant="ViT-Ti/16", output=str(tmp_path / "file"))
-    with pytest.raises(ValueError, match="not a keras_vit preset"):
+    with pytest.raises(ValueError, match="holds files keras_vit did not write there"):
         keras_vit.finetune(folder, variant="ViT-Ti/16", output=folder)
 
 
@@ -56,6 +56,29 @@ def test_paper_recipe_is_sgd_with_clipping_and_accumulation_to_512():
     assert adamw.get_config()["weight_decay"] == 0.05
     _, accumulation = build_recipe_optimizer("paper", total_steps=10, batch_size=8, effective_batch_size=None)
     assert accumulation == 1
+
+
+def test_accumulation_never_spans_more_than_an_epoch():
+    # 512 images per update on 3 batches per epoch: at most 3 batches are accumulated.
+    _, accumulation = build_recipe_optimizer("paper", total_steps=10, batch_size=8, steps_per_epoch=3)
+    assert accumulation == 3
+    _, accumulation = build_recipe_optimizer("paper", total_steps=10, batch_size=8, steps_per_epoch=100)
+    assert accumulation == 64
+
+
+@pytest.mark.slow
+def test_default_recipe_learns_on_a_folder_of_twenty_images(tmp_path):
+    # 24 images, 20% held out: 20 training images are one batch of 32 per epoch. The paper recipe's
+    # 512-image updates once accumulated 16 such batches, so 5 epochs made no update at all and the
+    # loss of the zero-initialised head stayed ln(2) throughout.
+    folder = write_folder(str(tmp_path / "small"), classes=2, per_class=12)
+    source = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
+    with pytest.warns(UserWarning, match=r"only 5 optimizer update\(s\).*--recipe adamw"):
+        result = keras_vit.finetune(folder, preset=source, epochs=5, verbose=0, workers=1)
+    losses = result["history"].history["loss"]
+    assert result["accumulation_steps"] == 1
+    assert math.isclose(losses[0], math.log(2), rel_tol=1e-4)  # the zero head's first step
+    assert losses[-1] < losses[0] - 0.01, losses
 
 
 @pytest.mark.slow
@@ -100,7 +123,7 @@ def test_a_backup_from_other_settings_is_not_resumed(tmp_path):
     checkpoint = EpochCheckpoint(backup, {"epochs": 2, "seed": 0})
     checkpoint.set_model(model)
     checkpoint.on_epoch_end(0, {"loss": 1.0})
-    assert sorted(os.listdir(backup)) == ["checkpoint.weights.h5", "state.json"]
+    assert sorted(os.listdir(backup)) == [".keras_vit.json", "checkpoint.weights.h5", "state.json"]
     assert EpochCheckpoint(backup, {"epochs": 2, "seed": 0}).restore(model) == 1
     with pytest.raises(ValueError, match="other settings.*changed: epochs"):
         EpochCheckpoint(backup, {"epochs": 3, "seed": 0}).restore(model)

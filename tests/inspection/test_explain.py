@@ -90,7 +90,7 @@ def test_out_is_checked_before_any_work(saved_models, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="--model takes a .keras file"):
         explain.run(parse([*images, "--model", str(blocker), "--out", str(tmp_path / "o")]))
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(ValueError, match=r"keras3-vit\[plot\]"):
+    with pytest.raises(ValueError, match=r"pip install matplotlib"):
         explain.run(parse([*images, "--model", saved_models["classifier"], "--out", str(tmp_path / "o")]))
     assert not (tmp_path / "o").exists()
 
@@ -122,3 +122,34 @@ def test_titles_name_the_predicted_class():
     logits = keras_vit.ViTClassifier(backbone=backbone, num_classes=3, activation=None)
     assert explain._prediction(logits, images)[0] == ("class 0", pytest.approx(1 / 3))
     assert explain._prediction(backbone, images) is None
+
+
+def test_explain_a_masked_patch_predictor(tmp_path, capsys, monkeypatch):
+    # The help says --model takes a MaskedPatchPredictor; its 512 colour "classes" once went through the
+    # classifier's prediction path and crashed with a TypeError.
+    backbone = keras_vit.ViTBackbone(image_size=8, patch_size=4, **TINY)
+    path = str(tmp_path / "a model dir" / "mpp.keras")
+    os.makedirs(os.path.dirname(path))
+    keras_vit.MaskedPatchPredictor(backbone, seed=0).save(path)
+    titles = []
+    plot = keras_vit.inspection.Figure7.plot
+    monkeypatch.setattr(keras_vit.inspection.Figure7, "plot",
+                        lambda self, title=None, **kw: titles.append(title) or plot(self, title=title, **kw))
+    out = tmp_path / "figures"
+    assert cli.main(["explain", *write_images(tmp_path, 1), "--model", path, "--out", str(out)]) == 0, \
+        capsys.readouterr().err
+    assert "figure7.png" in os.listdir(out)
+    # The figure names the model file, not the (temporary, absolute) path it was given as.
+    assert titles == ["Figure 7 of the ViT paper for mpp.keras (1 image(s))"]
+
+
+def test_inspection_is_an_attribute_of_the_package():
+    # The package docstring's own example: keras_vit.inspection.attention_maps(model, images).
+    import subprocess
+
+    code = "import keras_vit; print(keras_vit.inspection.attention_maps.__name__)"
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                               env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))})
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip() == "attention_maps"
+

@@ -83,7 +83,7 @@ def test_missing_matplotlib_names_the_extra(monkeypatch, class_model):
     _, images, maps = class_model
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ImportError, match=r"keras3-vit\[plot\]"):
+    with pytest.raises(ImportError, match=r"pip install matplotlib"):
         inspection.plot_attention_maps(images[0], maps)
     # The arrays need no plotting library.
     assert inspection.attention_rollout(maps).image.shape == (2, 8, 12)

@@ -16,7 +16,8 @@ from tests.presets.preset_helpers import images, tiny_classifier, to_numpy
 def test_classifier_round_trip_is_exact(tmp_path):
     model = tiny_classifier(num_classes=5, pooled_norm=True, representation_size=16)
     model.save_to_preset(tmp_path / "preset", note="hello")
-    assert sorted(os.listdir(tmp_path / "preset")) == ["config.json", "metadata.json", "model.weights.h5"]
+    assert sorted(os.listdir(tmp_path / "preset")) == [".keras_vit.json", "config.json", "metadata.json",
+                                                       "model.weights.h5"]
     loaded = keras_vit.ViTClassifier.from_preset(str(tmp_path / "preset"))
     x = images()
     np.testing.assert_array_equal(to_numpy(loaded(x)), to_numpy(model(x)))

@@ -336,8 +336,9 @@ def test_unreachable_hub_fails_at_once_and_cached_files_still_load(mirror, monke
 
     monkeypatch.setattr(time, "sleep", no_retries)
     with pytest.raises(ConnectionError, match=r"^Offline: the Hugging Face hub cannot be reached from this machine "
-                                              r"\(127.0.0.1:\d+: .*\), and 'config.json' of https://huggingface.co/"
+                                              r"\(127.0.0.1:\d+: .*\), and 'config.json' of http://127.0.0.1:\d+/"
                                               r"someone/other is not in the Hugging Face cache.*HF_HUB_OFFLINE=1"):
+        # The address named is the HF_ENDPOINT that was tried, not huggingface.co.
         keras_vit.ViTClassifier.from_preset("hf://someone/other")
     loaded = keras_vit.ViTClassifier.from_preset("hf://someone/tiny-vit")
     x = images()

@@ -152,3 +152,13 @@ def test_upload_errors_say_what_to_do(fake_hub, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConnectionError, match="^Offline: HF_HUB_OFFLINE is set"):
         keras_vit.upload_preset(directory, "hf://me/x")
+
+
+def test_the_card_upload_writes_is_ours_so_the_preset_can_be_saved_again(fake_hub, tmp_path):
+    model, directory = saved(tmp_path)
+    keras_vit.upload_preset(directory, "hf://me/tiny-vit")
+    assert (directory / "README.md").exists()
+    model.save_to_preset(directory)  # not refused: keras_vit wrote every file there, the card included
+    (directory / "README.md").write_text("my own card")  # a card the user wrote is theirs
+    keras_vit.upload_preset(directory, "hf://me/tiny-vit")
+    assert (directory / "README.md").read_text() == "my own card"

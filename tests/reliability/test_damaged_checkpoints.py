@@ -124,15 +124,21 @@ def test_float_bytes_labelled_integer(tmp_path, exported):
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
-def test_non_finite_weights_refused_unless_allowed(tmp_path, exported, bad):
+def test_non_finite_weights_refused_unless_allowed(tmp_path, exported, bad, capsys):
     tensors, metadata = exported
     tensors = dict(tensors)
     weight = tensors["blocks.0.mlp.fc1.weight"].copy()
     weight[0, :3] = bad
     tensors["blocks.0.mlp.fc1.weight"] = weight
     path = _write(tmp_path / "diverged.safetensors", tensors, metadata)
-    with pytest.raises(ValueError, match=r"NaN or infinite: blocks\.0\.mlp\.fc1\.weight \(3 of .*allow_non_finite"):
+    with pytest.raises(ValueError, match=r"NaN or infinite: blocks\.0\.mlp\.fc1\.weight \(3 of .*pass `allow_non_finite=True`"):
         load_checkpoint(path)
+    # The command line names its flag, not the Python keyword; a damaged file is a failure (1), not a usage error.
+    from keras_vit import cli
+
+    assert cli.main(["convert", str(path), str(tmp_path / "out.keras")]) == 1
+    err = capsys.readouterr().err
+    assert "pass --allow-non-finite to load it anyway" in err and "allow_non_finite" not in err
     model = load_checkpoint(path, allow_non_finite=True)
     kernel = next(w for w in model.weights if w.path.endswith("mlp/fc1/kernel"))
     assert not np.isfinite(kernel.numpy()).all()

@@ -51,7 +51,7 @@ def test_huggingface_export_writes_only_its_three_files(tmp_path):
     directory.mkdir()
     (directory / "README.md").write_text("mine")
     export_huggingface(tiny_classifier(), directory)
-    assert sorted(os.listdir(directory)) == ["README.md", "config.json", "model.safetensors",
+    assert sorted(os.listdir(directory)) == [".keras_vit.json", "README.md", "config.json", "model.safetensors",
                                              "preprocessor_config.json"]
     assert (directory / "README.md").read_text() == "mine"
     assert sorted(os.listdir(tmp_path)) == ["out"]

@@ -52,8 +52,9 @@ def test_atomic_write_replaces_only_on_success(tmp_path):
 
 def test_atomic_directory_keeps_the_old_directory_when_the_block_fails(tmp_path):
     target = tmp_path / "preset"
-    target.mkdir()
-    (target / "config.json").write_text("old")
+    with atomic_directory(target) as staging:
+        with open(os.path.join(staging, "config.json"), "w") as file:
+            file.write("old")
     with pytest.raises(RuntimeError):
         with atomic_directory(target) as staging:
             with open(os.path.join(staging, "config.json"), "w") as file:
@@ -90,3 +91,22 @@ def test_atomic_writes_get_the_permissions_a_plain_write_would(tmp_path):
         assert (os.stat(tmp_path / "preset").st_mode & 0o777) == 0o755
     finally:
         os.umask(umask)
+
+
+def test_seeding_does_not_start_tensorflow_on_other_backends():
+    # keras.utils.set_random_seed imports TensorFlow whenever it is installed, and its CUDA log
+    # lines then appeared on jax and torch runs of every training command.
+    import subprocess
+    import sys
+
+    import keras
+
+    code = ("import sys, random, numpy as np; from keras_vit.utils.seeds import set_random_seed; set_random_seed(3); "
+            "a = (random.random(), float(np.random.rand())); random.seed(3); np.random.seed(3); "
+            "print('tensorflow' in sys.modules, a == (random.random(), float(np.random.rand())))")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                               env={**os.environ, "PYTHONPATH": root})
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    tensorflow_started = keras.backend.backend() == "tensorflow"
+    assert completed.stdout.split() == [str(tensorflow_started), "True"]

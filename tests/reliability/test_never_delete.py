@@ -1,0 +1,259 @@
+"""We never delete or overwrite a file we did not write.
+
+Each case puts a tree of a user's own files where a command writes, runs the
+command as a careless but ordinary user would, and then checks that every one
+of those files is byte-identical and that the error names the path and the
+flag to change. Each failed on 2026-11-23's main (the files were replaced,
+moved into a swapped-out directory and deleted, or overwritten). The kill
+cases inject the kill inside the directory swap in a child process (the
+window is too short to hit by timing) and check that the path then holds the
+old or the new preset, loadable.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import cli
+from tests.finetune.helpers import tiny_backbone_file, write_folder
+from tests.reliability.helpers import tiny_backbone, tiny_classifier
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The file-system logic is the same on every backend; the suite's jax pass runs what needs no model.
+one_backend = pytest.mark.skipif(keras.backend.backend() != "jax",
+                                 reason="backend-independent file-system behaviour; the jax pass runs it")
+
+
+def user_tree(root, files):
+    """Write a user's files under `root`; return `{relative path: bytes}` to compare against later."""
+    written = {}
+    for relative, text in files.items():
+        path = os.path.join(root, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = text.encode()
+        with open(path, "wb") as file:
+            file.write(data)
+        written[relative] = data
+    return written
+
+
+def assert_untouched(root, written):
+    for relative, data in written.items():
+        with open(os.path.join(root, relative), "rb") as file:
+            assert file.read() == data, f"{relative} changed"
+
+
+def run_cli(argv, capsys):
+    code = cli.main([str(arg) for arg in argv])
+    return code, capsys.readouterr().err
+
+
+@one_backend
+def test_finetune_output_into_a_users_project_is_refused(tmp_path, capsys):
+    data = write_folder(str(tmp_path / "photos"), classes=2, per_class=3)
+    project = tmp_path / "myproject"
+    mine = user_tree(project, {"config.json": '{"my": "settings"}', "notes.txt": "notes", "src/main.py": "print(1)"})
+    code, err = run_cli(["finetune", data, "--variant", "ViT-Ti/16", "--epochs", "1", "--output", project], capsys)
+    assert code == 2
+    assert f"--output {project} holds files keras_vit did not write there" in err and "config.json" in err
+    assert_untouched(project, mine)
+    assert sorted(os.listdir(tmp_path)) == ["myproject", "photos"]  # no run directory, nothing aside
+
+
+@one_backend
+def test_finetune_output_that_contains_the_data_is_refused(tmp_path, capsys):
+    parent = tmp_path / "parent"
+    data = write_folder(str(parent / "data"), classes=2, per_class=3)
+    mine = user_tree(parent, {"config.json": "{}"})
+    images = {os.path.relpath(os.path.join(folder, name), parent): open(os.path.join(folder, name), "rb").read()
+              for folder, _, names in os.walk(data) for name in names}
+    code, err = run_cli(["finetune", data, "--variant", "ViT-Ti/16", "--epochs", "1", "--output", parent], capsys)
+    assert code == 2 and f"--output {parent}" in err
+    assert_untouched(parent, {**mine, **images})
+    # An empty directory around the data is refused too: the preset would replace the data.
+    empty_parent = tmp_path / "empty_parent"
+    data = write_folder(str(empty_parent / "data"), classes=2, per_class=3)
+    code, err = run_cli(["finetune", data, "--variant", "ViT-Ti/16", "--epochs", "1", "--output", empty_parent],
+                        capsys)
+    assert code == 2 and "data" in err and len(os.listdir(os.path.join(data, "class_0"))) == 3
+
+
+@one_backend
+def test_a_run_directory_of_the_users_is_refused(tmp_path, capsys):
+    data = write_folder(str(tmp_path / "photos"), classes=2, per_class=3)
+    docs = tmp_path / "mydocs"
+    mine = user_tree(docs, {"backup/thesis.tex": "\\chapter{One}", "log.csv": "date,amount\n1,2\n"})
+    code, err = run_cli(["finetune", data, "--variant", "ViT-Ti/16", "--epochs", "1", "--run-dir", docs], capsys)
+    assert code == 2
+    assert f"--run-dir {docs} already holds backup, log.csv, which keras_vit did not write" in err
+    assert_untouched(docs, mine)
+    assert sorted(os.listdir(docs)) == ["backup", "log.csv"]
+
+
+@one_backend
+def test_huggingface_export_over_a_users_config_is_refused(tmp_path, capsys):
+    from keras_vit.convert import export_timm
+
+    source = tmp_path / "good.safetensors"
+    export_timm(tiny_classifier(), str(source))
+    target = tmp_path / "dir"
+    mine = user_tree(target, {"config.json": '{"mine": true}', "notes.txt": "keep"})
+    code, err = run_cli(["convert", source, target, "--to", "huggingface"], capsys)
+    assert code == 2 and f"{target} already holds config.json, which keras_vit did not write" in err
+    assert_untouched(target, mine)
+    assert sorted(os.listdir(target)) == ["config.json", "notes.txt"]
+    # Beside the user's other files, into free names, is fine; and a second export replaces only ours.
+    os.remove(target / "config.json")
+    del mine["config.json"]
+    for _ in range(2):
+        code, err = run_cli(["convert", source, target, "--to", "huggingface"], capsys)
+        assert code == 0, err
+    assert_untouched(target, mine)
+
+
+@one_backend
+def test_save_to_preset_never_replaces_a_users_directory(tmp_path):
+    model = tiny_backbone()
+    target = tmp_path / "mine"
+    mine = user_tree(target, {"config.json": "{}", "data/1.png": "pixels"})
+    with pytest.raises(ValueError, match=r"holds files keras_vit did not write there \(config.json, data\)"):
+        model.save_to_preset(target)
+    assert_untouched(target, mine)
+    # Our own preset is replaced as before; once the user adds a file to it, it is theirs too.
+    preset = tmp_path / "preset"
+    model.save_to_preset(preset)
+    model.save_to_preset(preset)
+    (preset / "NOTES.md").write_text("my notes")
+    with pytest.raises(ValueError, match=r"NOTES.md"):
+        model.save_to_preset(preset)
+    assert (preset / "NOTES.md").read_text() == "my notes"
+
+
+# === A kill inside the swap (child processes) ===
+
+KILLED_SAVE = textwrap.dedent("""
+    import os, sys
+    import keras, keras_vit
+    from keras_vit.utils import files
+
+    path, point = sys.argv[1], sys.argv[2]
+    keras.utils.set_random_seed(1)
+    new = keras_vit.ViTBackbone(image_size=8, patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32)
+    exchange, replace = files.exchange_paths, os.replace
+
+    def die():
+        os._exit(9)  # SIGKILL-like: no cleanup, no finally blocks
+
+    if point == "before-exchange":
+        files.exchange_paths = lambda a, b: die()
+    elif point == "after-exchange":
+        files.exchange_paths = lambda a, b: exchange(a, b) and die()
+    elif point == "between-renames":  # a system without an atomic exchange
+        files.exchange_paths = lambda a, b: False
+        def replace_then_die(source, target):
+            replace(source, target)
+            if str(target).endswith(".old"):  # the old preset is aside, the new one not yet in
+                die()
+
+        os.replace = replace_then_die
+    new.save_to_preset(path)
+    print("not killed")
+""")
+
+
+@one_backend
+@pytest.mark.parametrize("point", ["before-exchange", "after-exchange", "between-renames"])
+def test_a_kill_inside_the_preset_swap_leaves_a_loadable_preset(point, tmp_path):
+    path = tmp_path / "preset"
+    keras.utils.set_random_seed(0)
+    old = tiny_backbone()
+    old.save_to_preset(path)
+    x = np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype("float32")
+    old_output = keras.ops.convert_to_numpy(old(x))
+    script = tmp_path / "killed_save.py"
+    script.write_text(KILLED_SAVE)
+    child = subprocess.run([sys.executable, str(script), str(path), point], capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    assert child.returncode == 9 and "not killed" not in child.stdout, child.stderr[-2000:]
+    if point == "between-renames":
+        assert not path.exists()  # the gap itself: recovered by the next load
+    loaded = keras_vit.ViTBackbone.from_preset(str(path))
+    output = keras.ops.convert_to_numpy(loaded(x))
+    if point == "after-exchange":
+        assert not np.allclose(output, old_output)  # the new preset, whole
+    else:
+        np.testing.assert_array_equal(output, old_output)  # the old preset, whole
+    # The next save cleans what the kill left beside the path, and only that.
+    (tmp_path / "unrelated.incoming").mkdir()
+    loaded.save_to_preset(path)
+    assert sorted(os.listdir(tmp_path)) == ["killed_save.py", "preset", "unrelated.incoming"]
+
+
+# === Resuming after a kill in the last steps of a run ===
+
+KILLED_FINETUNE = textwrap.dedent("""
+    import os, sys
+    import keras, keras_vit
+
+    data, source, output, where = sys.argv[1:5]
+    if where == "evaluation":  # fit evaluates the held-out images after each of the 2 epochs; the 3rd is the final
+        evaluate, calls = keras.Model.evaluate, []
+        def evaluate_then_die(self, *args, **kwargs):
+            calls.append(1)
+            if len(calls) == 3:
+                os._exit(9)
+            return evaluate(self, *args, **kwargs)
+        keras.Model.evaluate = evaluate_then_die
+    else:
+        keras_vit.ViTClassifier.save_to_preset = lambda *args, **kwargs: os._exit(9)
+    keras_vit.finetune(data, preset=source, epochs=2, batch_size=4, recipe="adamw", output=output, verbose=0,
+                       workers=1)
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["evaluation", "output"])
+def test_a_kill_after_the_last_epoch_resumes_with_every_epoch_done(where, tmp_path):
+    # The backup was deleted as soon as the last epoch ended, so a kill during the final evaluation or
+    # the preset write restarted the run at epoch 0.
+    data = write_folder(str(tmp_path / "photos"), classes=2, per_class=5, size=(8, 8))
+    output = str(tmp_path / "my_vit")
+    script = tmp_path / "killed_finetune.py"
+    script.write_text(KILLED_FINETUNE)
+    source = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8)
+    child = subprocess.run([sys.executable, str(script), data, source, output, where], capture_output=True,
+                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
+    assert child.returncode == 9, child.stderr[-3000:]
+    assert os.path.isdir(output + ".run/backup") and not os.path.exists(output)
+
+    result = keras_vit.finetune(data, preset=source, epochs=2, batch_size=4, recipe="adamw", output=output,
+                                verbose=0, workers=1)
+    assert result["initial_epoch"] == 2 and not result["history"].history.get("loss")  # nothing trained again
+    assert keras_vit.ViTClassifier.from_preset(output).class_names == ["class_0", "class_1"]
+    assert not os.path.exists(output + ".run/backup")  # removed once the output is written
+    assert os.path.exists(output + ".run/log.csv")
+
+
+def test_decode_predictions_refuses_scores_of_another_width():
+    # 1000 scores decoded with a 3-class model once printed ImageNet names.
+    model = tiny_classifier(num_classes=3)
+    scores = np.full((1, 1000), 1e-3)
+    with pytest.raises(ValueError, match="score 1000 classes, but the model passed as `class_names` has 3"):
+        keras_vit.decode_predictions(scores, model)
+
+
+@one_backend
+def test_a_local_directory_named_like_a_registry_preset_is_not_silently_ignored(tmp_path, monkeypatch):
+    # A preset saved to ./vit_b16_augreg_in21k once lost to the registry entry of that name.
+    monkeypatch.chdir(tmp_path)
+    tiny_backbone().save_to_preset("vit_b16_augreg_in21k")
+    with pytest.raises(ValueError, match=r"both a registered preset and a directory here.*'./vit_b16_augreg_in21k'"):
+        keras_vit.ViTBackbone.from_preset("vit_b16_augreg_in21k")
+    assert keras_vit.ViTBackbone.from_preset("./vit_b16_augreg_in21k").hidden_dim == 16
+
