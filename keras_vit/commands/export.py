@@ -50,9 +50,10 @@ def run(args):
     from keras_vit.commands import UsageError
     from keras_vit.workflows.export import check_export, check_export_directory, export_model
 
-    try:  # before the model loads (which may download)
+    # Before the model loads (which may download): the output path, then what this backend can export.
+    check_export_directory(args.out, "out")
+    try:
         check_export(args.format)
-        check_export_directory(args.out)
     except ValueError as error:
         raise UsageError(str(error)) from error
     model = load_model(args.model, backbone=args.backbone)

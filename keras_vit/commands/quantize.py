@@ -10,23 +10,22 @@ def add_arguments(parser):
 
 
 def run(args):
-    import os
-
     from keras_vit.commands import UsageError
     from keras_vit.commands.export import load_model
-    from keras_vit.utils.files import check_writable, quote
+    from keras_vit.presets.keras_vit_format import PRESET_KIND
+    from keras_vit.utils.files import check_replaceable, check_writable
     from keras_vit.workflows.quantization import quantize_model
     from keras_vit.workflows.training import save_model
 
     as_file = args.out.lower().endswith(".keras")
-    try:  # before the model loads
-        if as_file:
+    # Before the model loads: a preset directory is written only where it replaces nothing of the user's.
+    if as_file:
+        try:
             check_writable(args.out)
-        elif os.path.exists(args.out) and not os.path.isdir(args.out):
-            raise ValueError(f"{quote(args.out)} exists and is not a directory; give a .keras file name or a "
-                             "directory for a preset.")
-    except ValueError as error:
-        raise UsageError(str(error)) from error
+        except ValueError as error:
+            raise UsageError(str(error)) from error
+    else:
+        check_replaceable(args.out, PRESET_KIND, "out")
     model = quantize_model(load_model(args.model, backbone=args.backbone))
     if as_file:
         save_model(model, args.out)

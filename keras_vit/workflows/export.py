@@ -7,7 +7,7 @@
 - `onnx`: `model.onnx`; run it with onnxruntime.
 - `litert`: `model.tflite`; run it with the LiteRT (TFLite) interpreter.
 
-Beside it, `keras_vit.json` says what the graph takes and gives: the input
+Beside it, `export.json` says what the graph takes and gives: the input
 shape with a free batch dimension, the pixel range the model expects, the
 output kind and the class names. Before the directory is put in place, the
 exported graph runs in its runtime on two batch sizes and its outputs are
@@ -29,7 +29,9 @@ import os
 import numpy as np
 
 EXPORT_EXTRA = 'pip install "keras3-vit[export]"'
-METADATA_FILE = "keras_vit.json"
+METADATA_FILE = "export.json"
+# The kind recorded in the directory's ownership marker: only an export replaces an export.
+EXPORT_KIND = "export"
 # Our format names -> Keras' names and the file written inside the export directory.
 FORMATS = {
     "saved_model": ("tf_saved_model", None),
@@ -96,24 +98,22 @@ def check_export(format, backend=None):
                           f"{EXPORT_EXTRA}")
 
 
-def check_export_directory(path):
-    """Refuse an output path that is a file or a directory of the user's (not a previous export).
+def check_export_directory(path, argument="path"):
+    """Refuse, before any work, an output path that is a file or holds files keras_vit did not export there.
+
+    A previous export of keras_vit (its marker says so) is replaced; a
+    directory of the user's is never touched.
 
     Raises:
-        ValueError: naming the path and the fix.
+        keras_vit.utils.ArgumentError: naming the path, the files and the fix.
     """
-    from keras_vit.utils.files import quote
+    from keras_vit.utils.files import check_replaceable
 
-    path = os.fspath(path)
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"{quote(path)} exists and is not a directory; give a new directory path for the export.")
-    if os.path.isdir(path) and os.listdir(path) and not os.path.exists(os.path.join(path, METADATA_FILE)):
-        raise ValueError(f"{quote(path)} is a directory that holds other files (it is not a keras_vit export, "
-                         "which would be replaced); give a new directory path.")
+    check_replaceable(path, EXPORT_KIND, argument)
 
 
 def describe(model):
-    """The `keras_vit.json` document of an export of `model` (without the check's results)."""
+    """The `export.json` document of an export of `model` (without the check's results)."""
     backbone = getattr(model, "backbone", model)
     scale = float(getattr(backbone, "pixel_scale", 1.0) or 1.0)
     if hasattr(model, "num_classes"):
@@ -180,7 +180,8 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
     Args:
         model: a keras_vit `ViTClassifier` or `ViTBackbone`.
         path: str. The export directory; created, or replaced if it holds a
-            previous export (never a directory of other files).
+            previous export (never a directory with files keras_vit did not
+            write there).
         format: str. `"saved_model"`, `"onnx"` or `"litert"`.
         check: bool. Run the exported graph in its runtime on batches of 1
             and 3 images and compare with the Keras model before the
@@ -190,7 +191,7 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
             for a quantized one.
 
     Returns:
-        The `keras_vit.json` document written beside the graph (with
+        The `export.json` document written beside the graph (with
         `max_difference` when checked).
 
     Raises:
@@ -221,10 +222,8 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
     document = {"format": format, **describe(model)}
     # Keras' exporters refuse a model that was never called (one loaded from a file, say).
     model(_sample_images(model, 1, 0), training=False)
-    with atomic_directory(path) as staging:
+    with atomic_directory(path, EXPORT_KIND) as staging:
         target = staging if FORMATS[format][1] is None else os.path.join(staging, FORMATS[format][1])
-        if format == "saved_model":
-            os.rmdir(staging)  # the SavedModel writer creates the directory itself
         model.export(target, format=FORMATS[format][0], verbose=False)
         document["file"] = FORMATS[format][1]
         if check:

@@ -35,7 +35,7 @@ def test_exported_classifier_matches_keras_at_any_batch_size(format, classifier,
     x = images(5, seed=7)
     got = run_exported(out, format, x)
     np.testing.assert_allclose(got, np.asarray(classifier.predict(x, verbose=0)), atol=1e-4)
-    with open(os.path.join(out, "keras_vit.json")) as file:
+    with open(os.path.join(out, "export.json")) as file:
         saved = json.load(file)
     assert saved["class_names"] == CLASS_NAMES
     assert saved["input"]["shape"] == [None, 16, 16, 3]
@@ -80,11 +80,20 @@ def test_missing_runtime_names_the_export_extra(monkeypatch):
 def test_existing_user_directory_is_never_replaced(classifier, tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
-    with pytest.raises(ValueError, match="holds other files"):
+    with pytest.raises(ValueError, match="did not write there"):
         export.check_export_directory(str(tmp_path / "mine"))
     if (format := next((f for f in export.FORMATS if (f, BACKEND) not in UNSUPPORTED), None)):
-        with pytest.raises(ValueError, match="holds other files"):
+        with pytest.raises(ValueError, match="did not write there"):
             export_model(classifier, str(tmp_path / "mine"), format=format, check=False)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_cli_refuses_a_user_directory_before_loading(tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    # The model does not exist: the output path is refused first, with the flag that named it.
+    assert cli.main(["export", "missing.keras", "--format", "onnx", "--out", str(tmp_path / "mine")]) == 2
+    assert "--out" in capsys.readouterr().err
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
