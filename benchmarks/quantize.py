@@ -8,10 +8,10 @@ for `--epochs` on the 80% split, scored on the held-out 20%), and a ViT-S/16
 at 224x224 with random weights from its variant (no committed timm fixture
 has S/16's shapes; a random model measures size, memory and speed, and the
 int8 outputs are compared with the float ones). Each (model, precision) is
-measured in its own process, so the peak resident memory is that model's:
-the driver saves the float model once, and each worker loads it, quantizes
-it for int8, saves it (the file size), predicts (accuracy / difference) and
-times `predict_on_batch`. Prints one Markdown table row per measurement and
+measured in its own process, so the peak resident memory is that of serving
+the saved model: one process saves the float model, another quantizes and
+saves the int8 one, and each worker loads one saved `.keras` (its file size
+is reported), predicts (accuracy / difference) and times `predict_on_batch`. Prints one Markdown table row per measurement and
 the host.
 """
 
@@ -53,21 +53,30 @@ def prepare(name, directory, epochs):
         head.kernel.assign(np.random.default_rng(0).normal(0, 0.02, head.kernel.shape).astype("float32"))
         images = np.random.default_rng(1).uniform(0, 255, (16, 224, 224, 3)).astype("float32")
         np.savez(os.path.join(directory, f"{name}.npz"), images=images)
-    save_model(model, os.path.join(directory, f"{name}.keras"))
+    save_model(model, os.path.join(directory, f"{name}-float32.keras"))
+
+
+def quantize(name, directory):
+    """Load the float model, quantize it and save the int8 `.keras` the int8 worker loads."""
+    import keras
+
+    import keras_vit  # noqa: F401 - registers the models for load_model
+    from keras_vit.workflows.quantization import quantize_model
+    from keras_vit.workflows.training import save_model
+
+    model = quantize_model(keras.saving.load_model(os.path.join(directory, f"{name}-float32.keras")))
+    save_model(model, os.path.join(directory, f"{name}-int8.keras"))
 
 
 def worker(name, precision, directory, batch, repeats):
+    """Load the saved model of this precision (what serving it costs) and measure it."""
     import keras
     import numpy as np
 
     import keras_vit  # noqa: F401 - registers the models for load_model
-    from keras_vit.workflows.quantization import quantize_model
 
-    model = keras.saving.load_model(os.path.join(directory, f"{name}.keras"))
-    if precision == "int8":
-        quantize_model(model)
     path = os.path.join(directory, f"{name}-{precision}.keras")
-    model.save(path)
+    model = keras.saving.load_model(path)
     data = np.load(os.path.join(directory, f"{name}.npz"))
     outputs = np.asarray(model.predict(data["images"], batch_size=batch, verbose=0))
     np.save(os.path.join(directory, f"{name}-{precision}-outputs.npy"), outputs)
@@ -87,10 +96,13 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--worker", nargs=3, metavar=("MODEL", "PRECISION", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--prepare", nargs=2, metavar=("MODEL", "DIR"), help=argparse.SUPPRESS)
+    parser.add_argument("--quantize", nargs=2, metavar=("MODEL", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     batches = {"digits": 256, "vit_s16": 8}
     if args.prepare:
         return prepare(*args.prepare, args.epochs)
+    if args.quantize:
+        return quantize(*args.quantize)
     if args.worker:
         name, precision, directory = args.worker
         return worker(name, precision, directory, batches[name], args.repeats)
@@ -105,6 +117,7 @@ def main():
             # The float model is made in a child too: the driver never imports a backend.
             subprocess.run([sys.executable, __file__, "--epochs", str(args.epochs), "--prepare", name, directory],
                            check=True)
+            subprocess.run([sys.executable, __file__, "--quantize", name, directory], check=True)
             for precision in ("float32", "int8"):
                 out = subprocess.run([sys.executable, __file__, "--repeats", str(args.repeats), "--worker", name,
                                       precision, directory], check=True, capture_output=True, text=True).stdout

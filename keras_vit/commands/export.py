@@ -26,6 +26,8 @@ def load_model(handle, backbone=False):
 
     from keras_vit.commands import UsageError
 
+    if handle.lower().endswith(".keras") and not os.path.exists(handle):
+        raise UsageError(f"no such .keras file: {handle}")
     if handle.lower().endswith(".keras") and os.path.isfile(handle):
         import keras
 
