@@ -16,6 +16,19 @@ def add_arguments(parser):
                         help="skip running the exported graph in its runtime against the Keras model")
 
 
+def check_model_file(handle):
+    """A `.keras` MODEL must exist (else exit 2) and be a zip archive (else exit 1); other handles pass."""
+    import os
+
+    from keras_vit.commands import UsageError
+    from keras_vit.utils.checks import check_keras_file
+
+    if handle.lower().endswith(".keras"):
+        if not os.path.exists(handle):
+            raise UsageError(f"no such .keras file: {handle}")
+        check_keras_file(handle)
+
+
 def load_model(handle, backbone=False):
     """A `ViTClassifier` (or its `ViTBackbone` with `backbone=True`) from a preset handle or a `.keras` file.
 
@@ -26,15 +39,12 @@ def load_model(handle, backbone=False):
 
     from keras_vit.commands import UsageError
 
-    if handle.lower().endswith(".keras") and not os.path.exists(handle):
-        raise UsageError(f"no such .keras file: {handle}")
+    check_model_file(handle)
     if handle.lower().endswith(".keras") and os.path.isfile(handle):
         import keras
 
         from keras_vit.models import ViTBackbone, ViTClassifier
-        from keras_vit.utils.checks import check_keras_file
 
-        check_keras_file(handle)
         model = keras.saving.load_model(handle, safe_mode=True)
         if not isinstance(model, (ViTClassifier, ViTBackbone)):
             raise UsageError(f"{handle} holds a {type(model).__name__}; export takes a ViTClassifier or ViTBackbone.")
@@ -52,8 +62,9 @@ def run(args):
     from keras_vit.commands import UsageError
     from keras_vit.workflows.export import check_export, check_export_directory, export_model
 
-    # Before the model loads (which may download): the output path, then what this backend can export.
+    # Before the model loads (which may download): the paths, then what this backend can export.
     check_export_directory(args.out, "out")
+    check_model_file(args.model)
     try:
         check_export(args.format)
     except ValueError as error:
