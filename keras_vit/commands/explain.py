@@ -90,7 +90,7 @@ def _load_model(args):
 def _load_images(paths, backbone):
     import numpy as np
 
-    from keras_vit.commands.predict import load_image
+    from keras_vit.data.images import load_image
 
     height, width, channels = backbone.input_shape[1:]
     if channels not in (1, 3):

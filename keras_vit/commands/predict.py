@@ -1,6 +1,6 @@
 """`keras-vit predict IMAGE --preset NAME`: classify an image with a pretrained preset."""
 
-from keras_vit.utils.images import DEFAULT_MAX_PIXELS
+from keras_vit.data.images import DEFAULT_MAX_PIXELS
 
 
 def add_arguments(parser):
@@ -13,13 +13,6 @@ def add_arguments(parser):
     parser.add_argument("--top", type=int, default=5, help="how many classes to print (default: 5)")
     parser.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                         help=f"refuse images larger than this many pixels (default: {DEFAULT_MAX_PIXELS:,})")
-
-
-def load_image(path, image_size, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
-    """Read an image as a float32 `(h, w, c)` array in [0, 255], resized and center-cropped."""
-    from keras_vit.utils.images import load_image as load
-
-    return load(path, image_size, num_channels=num_channels, max_pixels=max_pixels)
 
 
 def _load_model(handle):
@@ -55,7 +48,7 @@ def run(args):
 
     from keras_vit.commands import UsageError
     from keras_vit.utils.checks import check_pixel_range
-    from keras_vit.utils.images import open_image
+    from keras_vit.data.images import load_image, open_image
 
     if args.top < 1:
         raise UsageError(f"--top must be at least 1 (how many classes to print). Received: --top {args.top}")

@@ -45,7 +45,6 @@ def _folder_images(args):
     import numpy as np
 
     from keras_vit.data import AugmentPolicy, ImageFolderDataset, index_image_folder, load_image, stratified_split
-    from keras_vit.data.augment import center_crop
 
     entries = [name for name in os.listdir(args.data_dir) if os.path.isdir(os.path.join(args.data_dir, name))]
     if entries:
@@ -60,7 +59,7 @@ def _folder_images(args):
     train = ImageFolderDataset([paths[i] for i in train_index], None, image_size, num_channels=args.channels,
                                batch_size=args.batch_size, training=True, augment=AugmentPolicy.none(),
                                seed=args.seed)
-    held_out = np.stack([center_crop(load_image(paths[i], args.channels), (image_size, image_size))
+    held_out = np.stack([load_image(paths[i], image_size, args.channels)
                          for i in held_index])
     return train, held_out, image_size
 

@@ -9,22 +9,31 @@
   training.
 - `AugmentPolicy`: random resized crop and flip (big_vision's fine-tuning),
   and RandAugment / MixUp / CutMix from Keras' preprocessing layers.
+- `read_image`, `center_crop`, `load_image`, `resize_images`: the one image
+  path (decode, EXIF, alpha, pixel limit; resize and centre crop) that every
+  command, the folders' evaluation and `ViTClassifier.predict` use.
 """
 
-from keras_vit.data.augment import AugmentPolicy, center_crop, random_resized_crop
+from keras_vit.data.augment import AugmentPolicy, random_resized_crop
 from keras_vit.data.digits import load_digits_split, write_digits_folder
 from keras_vit.data.image_folder import (
-    DEFAULT_MAX_PIXELS,
     IMAGE_EXTENSIONS,
     ArrayBatches,
     EpochSync,
-    ImageFileError,
     ImageFolderDataset,
     check_image_file,
     check_labels,
     image_folder_datasets,
     index_image_folder,
-    load_image,
     read_image_folder,
     stratified_split,
+)
+from keras_vit.data.images import (
+    DEFAULT_MAX_PIXELS,
+    ImageFileError,
+    center_crop,
+    load_image,
+    open_image,
+    read_image,
+    resize_images,
 )

@@ -4,7 +4,8 @@ The crop and flip follow big_vision's fine-tuning input pipeline
 (`inception_crop` then `flip_lr`): a random region covering `scale` of the
 image area with an aspect ratio in `ratio` is resized to the model's size.
 They run on each decoded image at full resolution, with a numpy generator
-seeded per batch so a resumed run repeats them. RandAugment, MixUp and CutMix
+seeded per image so a resumed run repeats them, and resample as the
+evaluation transform does (`keras_vit.data.images.resize_region`, bicubic). RandAugment, MixUp and CutMix
 are Keras' own preprocessing layers, applied to each batch.
 """
 
@@ -13,26 +14,7 @@ import math
 
 import numpy as np
 
-
-def _to_pil(image):
-    from PIL import Image
-
-    array = np.clip(np.rint(image), 0, 255).astype("uint8")
-    return Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
-
-
-def _from_pil(image, num_channels):
-    array = np.asarray(image, dtype="float32")
-    return array[..., None] if num_channels == 1 else array
-
-
-def _resize(image, box, size):
-    """Crop `box` (left, top, right, bottom; floats allowed) of `image` and resize it to `size`."""
-    from PIL import Image
-
-    height, width = size
-    resized = _to_pil(image).resize((width, height), Image.BILINEAR, box=box)
-    return _from_pil(resized, image.shape[-1])
+from keras_vit.data.images import center_crop, resize_region  # noqa: F401 - center_crop: the eval transform
 
 
 def random_resized_crop(image, size, rng, scale=(0.05, 1.0), ratio=(3 / 4, 4 / 3), attempts=10):
@@ -64,29 +46,8 @@ def random_resized_crop(image, size, rng, scale=(0.05, 1.0), ratio=(3 / 4, 4 / 3
         if crop_w <= width and crop_h <= height:
             left = rng.uniform(0, width - crop_w)
             top = rng.uniform(0, height - crop_h)
-            return _resize(image, (left, top, left + crop_w, top + crop_h), size)
-    return _resize(image, (0, 0, width, height), size)
-
-
-def center_crop(image, size):
-    """Resize the shorter side to fit `size`, then crop the centre (no distortion).
-
-    Args:
-        image: float array `(height, width, channels)`.
-        size: `(height, width)` of the output.
-
-    Returns:
-        float32 array `size + (channels,)`.
-    """
-    height, width = image.shape[:2]
-    out_h, out_w = size
-    # The largest centred region with the output's aspect ratio.
-    scale = min(height / out_h, width / out_w)
-    crop_h, crop_w = out_h * scale, out_w * scale
-    top, left = (height - crop_h) / 2, (width - crop_w) / 2
-    if (height, width) == (out_h, out_w):
-        return image.astype("float32", copy=False)
-    return _resize(image, (left, top, left + crop_w, top + crop_h), size)
+            return resize_region(image, (left, top, left + crop_w, top + crop_h), size)
+    return resize_region(image, (0, 0, width, height), size)
 
 
 @dataclasses.dataclass(frozen=True)

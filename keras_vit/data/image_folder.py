@@ -32,67 +32,27 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.data.augment import AugmentPolicy, center_crop, random_resized_crop
+from keras_vit.data.augment import AugmentPolicy, random_resized_crop
+from keras_vit.data.images import DEFAULT_MAX_PIXELS, ImageFileError, center_crop, open_image, read_image
 from keras_vit.utils.files import quote
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
-# Pillow's own default limit (about 89.5 megapixels, 0.25 GB of RGB): larger
-# files are refused before they are decoded.
-DEFAULT_MAX_PIXELS = 89_478_485
 
 logger = logging.getLogger("keras_vit.data")
 
 
-def _pil():
-    try:
-        from PIL import Image
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "Image folders are decoded with Pillow: `pip install pillow`."
-        ) from error
-    return Image
-
-
-class ImageFileError(ValueError):
-    """An image file that cannot be used; the message names the file."""
-
-
 def check_image_file(path, max_pixels=DEFAULT_MAX_PIXELS):
-    """Read an image's header and check it can be decoded safely.
-
-    Args:
-        path: str. The image file.
-        max_pixels: int. Largest `width * height` accepted. Defaults to
-            `DEFAULT_MAX_PIXELS` (Pillow's default limit).
+    """Read an image's header and check it can be decoded safely (`keras_vit.data.images.open_image`).
 
     Returns:
         `(width, height)`.
 
     Raises:
-        ImageFileError: the file is empty, not an image Pillow can read, or
-            larger than `max_pixels`.
+        ImageFileError: the file is empty, not an image Pillow can read, has
+            no pixels or more than `max_pixels`.
     """
-    Image = _pil()
-    if os.path.getsize(path) == 0:
-        raise ImageFileError(f"{quote(path)} is empty (0 bytes). Delete it or replace it with the image.")
-    try:
-        # Opening reads only the header; the limit is ours, so Pillow's own
-        # warning/error on large images is turned off for this call.
-        with Image.open(path) as image:
-            size = image.size
-    except Image.DecompressionBombError as error:  # pragma: no cover - our check comes first in practice
-        raise ImageFileError(f"{quote(path)} is too large to decode safely: {error}") from error
-    except Exception as error:
-        raise ImageFileError(
-            f"{quote(path)} is not an image Pillow can read ({type(error).__name__}: {error}). "
-            "Delete or convert it (JPEG, PNG, BMP or GIF)."
-        ) from error
-    if size[0] * size[1] > max_pixels:
-        raise ImageFileError(
-            f"{quote(path)} has {size[0]}x{size[1]} = {size[0] * size[1]:,} pixels, more than the limit of "
-            f"{max_pixels:,} (a guard against decompression bombs). Shrink the image, or raise `max_pixels` "
-            "if you trust the file."
-        )
+    with open_image(path, max_pixels) as image:
+        size = image.size
     if size[0] == 0 or size[1] == 0:
         raise ImageFileError(f"{quote(path)} has no pixels ({size[0]}x{size[1]}).")
     return size
@@ -165,39 +125,6 @@ def index_image_folder(directory, class_names=None, on_bad_file="error", max_pix
                 "Add images or remove the folder."
             )
     return paths, np.asarray(labels, dtype="int32"), list(class_names)
-
-
-def load_image(path, num_channels):
-    """Decode one image to a float32 `(height, width, num_channels)` array in [0, 255].
-
-    Grayscale, palette and RGBA images are converted to `num_channels`
-    (1: luminance, 3: RGB with alpha dropped); animated GIFs give their
-    first frame.
-
-    Raises:
-        ImageFileError: the file cannot be decoded (e.g. truncated), named.
-    """
-    Image = _pil()
-    mode = {1: "L", 3: "RGB"}.get(num_channels)
-    if mode is None:
-        raise ValueError(f"Images are converted to 1 (grayscale) or 3 (RGB) channels. Received: {num_channels}")
-    try:
-        with Image.open(path) as image:
-            if image.mode in ("RGBA", "LA", "P") and mode == "RGB":
-                # Alpha over white, like a browser shows it, rather than
-                # over whatever colour transparent pixels happen to hold.
-                rgba = image.convert("RGBA")
-                background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-                image = Image.alpha_composite(background, rgba)
-            array = np.asarray(image.convert(mode), dtype="float32")
-    except Exception as error:
-        raise ImageFileError(
-            f"Cannot decode {quote(path)} ({type(error).__name__}: {error}). The file may be truncated; "
-            "delete or replace it."
-        ) from error
-    if array.ndim == 2:
-        array = array[..., None]
-    return array
 
 
 def check_labels(labels, num_classes):
@@ -290,11 +217,21 @@ class ImageFolderDataset(keras.utils.PyDataset):
             `keras.utils.PyDataset`. `workers` threads decode in parallel
             (Pillow releases the GIL) and prefetch up to `max_queue_size`
             batches. Defaults to `2`, `False`, `8`.
+        shard: `(index, count)` or `None`. Read only process `index`'s
+            share of every batch, for training with `count` processes (one
+            per host): `batch_size` is then the global batch, and process
+            `i` reads rows `[n * i // count, n * (i + 1) // count)` of each
+            global batch of `n` rows, so the processes together read every
+            image of an epoch once and none twice. Augmentation is drawn
+            per image, from the image's place in the global batch, so the
+            shards see exactly the pixels one process would (MixUp, CutMix
+            and RandAugment, which act on a whole batch, act on each
+            process's rows). Defaults to `None` (everything).
     """
 
     def __init__(self, paths, labels, image_size, num_channels=3, batch_size=32, training=False, augment=None,
                  num_classes=None, seed=0, class_names=None, workers=2, use_multiprocessing=False,
-                 max_queue_size=8):
+                 max_queue_size=8, shard=None):
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}")
@@ -315,6 +252,17 @@ class ImageFolderDataset(keras.utils.PyDataset):
         self.epoch = 0
         if self.augment is not None and self.augment.mixes_labels and self.labels is not None and not num_classes:
             raise ValueError("MixUp / CutMix need `num_classes` to make one-hot labels.")
+        self.shard = None if shard is None else (int(shard[0]), int(shard[1]))
+        if self.shard is not None:
+            index, count = self.shard
+            if not 0 <= index < count:
+                raise ValueError(f"`shard` must be (index, count) with 0 <= index < count. Received: shard={shard!r}")
+            smallest = min(batch_size, len(self.paths) - (len(self) - 1) * batch_size)
+            if smallest < count:
+                raise ValueError(
+                    f"A batch of {smallest} images cannot feed {count} processes: every process needs at least one "
+                    f"image of every batch. Use a batch size of at least {count}, with a last batch of at least "
+                    f"{count} images. Received: batch_size={batch_size}, {len(self.paths)} images.")
 
     def __len__(self):
         return math.ceil(len(self.paths) / self.batch_size)
@@ -330,15 +278,26 @@ class ImageFolderDataset(keras.utils.PyDataset):
         epoch = self.epoch if epoch is None else epoch
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.paths))
 
+    def rows(self, index):
+        """`(first, stop)`: the rows of global batch `index` this dataset reads (all of them without `shard`)."""
+        size = min(self.batch_size, len(self.paths) - index * self.batch_size)
+        if self.shard is None:
+            return 0, size
+        shard, count = self.shard
+        return size * shard // count, size * (shard + 1) // count
+
     def __getitem__(self, index):
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} of {len(self)}")
         epoch = self.epoch
-        chosen = self.order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
-        rng = np.random.default_rng([self.seed, epoch, index, 1]) if self.training else None
+        first, stop = self.rows(index)
+        chosen = self.order(epoch)[index * self.batch_size + first:index * self.batch_size + stop]
         images = np.empty((len(chosen),) + self.image_size + (self.num_channels,), dtype="float32")
         for row, file_index in enumerate(chosen):
-            image = load_image(self.paths[file_index], self.num_channels)
+            # One generator per image, keyed by its place in the global batch: the same pixels
+            # whichever process reads it.
+            rng = np.random.default_rng([self.seed, epoch, index, 1, first + row]) if self.training else None
+            image = read_image(self.paths[file_index], self.num_channels)
             if self.training and self.augment.crop:
                 image = random_resized_crop(image, self.image_size, rng, scale=self.augment.crop_scale,
                                             ratio=self.augment.crop_ratio)
@@ -415,7 +374,7 @@ class ArrayBatches(keras.utils.PyDataset):
 
 def image_folder_datasets(directory, image_size, num_channels=3, batch_size=32, validation_split=0.2,
                           validation_dir=None, seed=0, augment=None, class_names=None, on_bad_file="error",
-                          max_pixels=DEFAULT_MAX_PIXELS, workers=2):
+                          max_pixels=DEFAULT_MAX_PIXELS, workers=2, shard=None):
     """A training and a validation dataset from a class-per-subfolder image folder.
 
     Args:
@@ -438,6 +397,9 @@ def image_folder_datasets(directory, image_size, num_channels=3, batch_size=32, 
         on_bad_file: `"error"` or `"skip"`. See `index_image_folder`.
         max_pixels: int. See `check_image_file`.
         workers: int. Decoding threads per dataset. Defaults to `2`.
+        shard: `(index, count)` or `None`. This process's share of every
+            global batch, for training with many processes (see
+            `ImageFolderDataset`). Defaults to `None`.
 
     Returns:
         `(train, validation)`: `ImageFolderDataset`s (`validation` is `None`
@@ -451,7 +413,7 @@ def image_folder_datasets(directory, image_size, num_channels=3, batch_size=32, 
     paths, labels, class_names = index_image_folder(directory, class_names, on_bad_file, max_pixels)
     augment = augment or AugmentPolicy()
     common = dict(image_size=image_size, num_channels=num_channels, batch_size=batch_size,
-                  num_classes=len(class_names), seed=seed, class_names=class_names, workers=workers)
+                  num_classes=len(class_names), seed=seed, class_names=class_names, workers=workers, shard=shard)
     if validation_dir is not None:
         val_paths, val_labels, _ = index_image_folder(validation_dir, class_names, on_bad_file, max_pixels)
         train_paths, train_labels = paths, labels
@@ -497,5 +459,5 @@ def read_image_folder(directory, image_size, num_channels=3, class_names=None, o
     from keras_vit.utils import to_pair
 
     size = to_pair(image_size, "image_size")
-    images = np.stack([center_crop(load_image(path, num_channels), size) for path in paths])
+    images = np.stack([center_crop(read_image(path, num_channels), size) for path in paths])
     return images, labels, class_names

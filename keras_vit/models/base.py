@@ -10,6 +10,7 @@ the models never depend on the preset machinery otherwise).
 import inspect
 
 import keras
+import numpy as np
 
 from keras_vit.layers.patches import check_image_shape
 from keras_vit.utils.checks import check_batch as check_images_batch
@@ -115,8 +116,8 @@ class ViTModel:
             raise ValueError(
                 f"{type(self).__name__} '{self.name}' takes batches of images shaped (batch, {expected[0]}, "
                 f"{expected[1]}, {expected[2]}) but received a batch of shape {shape}. Resize the images "
-                f"(e.g. keras.layers.Resizing({expected[0]}, {expected[1]})), or get a model for their size "
-                "with `model.with_image_size(...)`."
+                f"(`keras_vit.data.resize_images(images, ({expected[0]}, {expected[1]}))`, which `predict` "
+                "applies to numpy batches itself), or get a model for their size with `model.with_image_size(...)`."
             )
         backbone = getattr(self, "backbone", self)
         scale = float(getattr(backbone, "pixel_scale", 1.0) or 1.0)
@@ -136,8 +137,28 @@ class ViTModel:
         return super().evaluate(x, y, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
+        x = self.resize_raw_images(x)
         self.check_batch(x)
         return super().predict(x, *args, **kwargs)
+
+    def resize_raw_images(self, x):
+        """A numpy batch of raw images of another size, brought to the model's by the one eval transform.
+
+        The shorter side is resized to the model's size and the centre
+        cropped (bicubic), exactly as `keras-vit predict` and the image
+        folders' held-out images are: `model.predict(photos)` takes a batch of
+        any size, as keras-hub's image classifiers and Hugging Face's pipeline
+        do. Anything else (tensors, datasets, the model's own size) is
+        returned as it is.
+        """
+        if not isinstance(x, np.ndarray) or x.ndim != 4:
+            return x
+        expected = self.image_shape()
+        if tuple(x.shape[1:3]) == tuple(expected[:2]) or x.shape[3] != expected[2] or not len(x):
+            return x
+        from keras_vit.data.images import resize_images  # the image path lives above the models
+
+        return resize_images(x, expected[:2])
 
     # === Config ===
 

@@ -144,6 +144,12 @@ def _warn_if_another_model(directory, document):
         )
 
 
+def _eval_transform():
+    from keras_vit.data.images import EVAL_TRANSFORM  # the image path lives above the presets
+
+    return dict(EVAL_TRANSFORM)
+
+
 def save_to_preset(model, directory, **metadata):
     """Write `model` as a keras_vit preset: config.json, model.weights.h5, metadata.json.
 
@@ -178,6 +184,7 @@ def save_to_preset(model, directory, **metadata):
         "python_version": platform.python_version(),
         "parameter_count": int(model.count_params()),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "image_transform": _eval_transform(),
         **metadata,
     }
     directory = os.fspath(directory)

@@ -17,11 +17,11 @@ from keras_vit.data import (
     check_labels,
     image_folder_datasets,
     index_image_folder,
-    load_image,
+    read_image,
     read_image_folder,
     stratified_split,
 )
-from keras_vit.data.augment import center_crop
+from keras_vit.data import center_crop
 from tests.finetune.helpers import write_folder
 
 
@@ -45,7 +45,7 @@ def test_every_format_and_mode_comes_out_at_the_models_size_and_channels(tmp_pat
         assert names == ["a", "b"] and labels.tolist() == [0, 0, 1, 1, 1]
         assert 0.0 <= images.min() and images.max() <= 255.0
     # Grayscale to RGB repeats the channel; RGB to grayscale is Pillow's luminance.
-    gray = load_image(str(tmp_path / "a" / "gray.png"), 3)
+    gray = read_image(str(tmp_path / "a" / "gray.png"), 3)
     np.testing.assert_array_equal(gray[..., 0], gray[..., 2])
     np.testing.assert_array_equal(gray[..., 0], rgb[..., 0])
 
@@ -54,7 +54,7 @@ def test_transparent_pixels_become_white(tmp_path):
     rgba = np.zeros((4, 4, 4), "uint8")
     rgba[..., 0] = 255  # red, fully transparent
     _save(str(tmp_path / "x.png"), rgba, "RGBA")
-    np.testing.assert_array_equal(load_image(str(tmp_path / "x.png"), 3), np.full((4, 4, 3), 255.0))
+    np.testing.assert_array_equal(read_image(str(tmp_path / "x.png"), 3), np.full((4, 4, 3), 255.0))
 
 
 def test_center_crop_keeps_the_middle_without_distortion():
@@ -81,7 +81,7 @@ def test_bad_files_are_named_or_skipped(tmp_path, caplog):
 
 def test_decompression_bombs_are_refused_before_decoding(tmp_path):
     _save(str(tmp_path / "a" / "big.png"), np.zeros((100, 100), "uint8"), "L")
-    with pytest.raises(ImageFileError, match=r"big.png has 100x100 = 10,000 pixels, more than the limit of 5,000"):
+    with pytest.raises(ImageFileError, match=r"big.png declares 100 x 100 = 10,000 pixels, over the limit of 5,000"):
         index_image_folder(str(tmp_path), max_pixels=5000)
 
 
@@ -94,7 +94,7 @@ def test_a_truncated_file_fails_with_its_name(tmp_path):
         file.write(data[: len(data) // 2])
     index_image_folder(str(tmp_path))  # the header is fine
     with pytest.raises(ImageFileError, match="cut.png.*truncated"):
-        load_image(path, 3)
+        read_image(path, 3)
 
 
 def test_missing_or_flat_folders_get_clear_errors(tmp_path):

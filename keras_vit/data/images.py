@@ -1,0 +1,209 @@
+"""The one image path: every image keras_vit reads goes through `read_image` and `center_crop`.
+
+`keras-vit predict` and `explain`, few-shot evaluation, the image folders of
+`finetune` (their held-out images, and their training crops, which share the
+same resampling) and `ViTClassifier.predict` on raw images of another size all
+read a file and bring it to the model's size the same way, so a model is served
+exactly the pixels it was evaluated on:
+
+- decode with Pillow, after checking the header: a missing path or a
+  directory, an empty (0-byte) file, a text file or any other file Pillow
+  cannot identify, and an image whose header declares more than `max_pixels`
+  pixels (so a small file that decompresses to gigabytes is never decoded) are
+  refused with a message naming the file and the fix; so is a truncated file;
+- turn the image upright by its EXIF orientation (phone photos);
+- composite transparency over white (as a browser shows it), then convert to
+  RGB or grayscale (the first frame of an animated GIF);
+- resize the shorter side to the model's size and crop the centre
+  (`center_crop`), bicubic, as the ViT checkpoints' own evaluation does.
+"""
+
+import os
+
+import numpy as np
+
+from keras_vit.utils.files import quote
+from keras_vit.utils.values import to_pair
+
+# 64 Mpx: an 8K x 8K image. Phone photos are 12-50 Mpx; a 20,000 x 20,000
+# "decompression bomb" PNG of a few KB (400 Mpx, 1.2 GB decoded) is refused.
+DEFAULT_MAX_PIXELS = 64_000_000
+
+
+# What every door of the image path does to a file, recorded in each preset's metadata.json.
+EVAL_TRANSFORM = {"exif_orientation": True, "alpha": "over white", "resize": "shorter side to the model's size",
+                  "crop": "centre", "interpolation": "bicubic"}
+
+
+class ImageFileError(ValueError):
+    """An image file that cannot be used; the message names the file."""
+
+
+def _describe_content(path):
+    with open(path, "rb") as handle:
+        head = handle.read(512)
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"it starts with {head[:8]!r}"
+    if text.isprintable() or all(c.isprintable() or c in "\r\n\t" for c in text):
+        return f"it looks like a text file ({text[:40]!r}...)"
+    return f"it starts with {head[:8]!r}"
+
+
+def _pil():
+    try:
+        from PIL import Image
+    except ImportError as error:  # pragma: no cover - Pillow is a dependency
+        raise ImportError("Reading images needs Pillow: `pip install pillow`.") from error
+    return Image
+
+
+def open_image(path, max_pixels=DEFAULT_MAX_PIXELS):
+    """Open an image file lazily and check it before decoding.
+
+    Args:
+        path: str or path-like.
+        max_pixels: int. Largest `width * height` accepted. Defaults to
+            `DEFAULT_MAX_PIXELS` (64 million).
+
+    Returns:
+        An open `PIL.Image.Image` (not yet decoded); close it when done.
+
+    Raises:
+        ImageFileError: the file is missing, empty, not an image, or too large.
+    """
+    Image = _pil()
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ImageFileError(f"No such image file: {quote(path)}")
+    if os.path.isdir(path):
+        raise ImageFileError(f"{quote(path)} is a directory; give image files (JPEG, PNG, ...).")
+    if os.path.getsize(path) == 0:
+        raise ImageFileError(f"{quote(path)} is empty (0 bytes), not an image. Copy or download it again.")
+    # `max_pixels` replaces Pillow's own decompression-bomb limit (a warning
+    # at 89 Mpx, an error naming no file at 179 Mpx): the size is read from
+    # the header and compared below, before anything is decoded.
+    pillow_limit = Image.MAX_IMAGE_PIXELS
+    try:
+        Image.MAX_IMAGE_PIXELS = None
+        image = Image.open(path)
+    except (Image.UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+        raise ImageFileError(
+            f"{quote(path)} is not an image Pillow can read: {_describe_content(path)} "
+            f"({type(error).__name__}). Give a JPEG, PNG, WebP, BMP, GIF or TIFF file."
+        ) from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = pillow_limit
+    if image.width * image.height > max_pixels:
+        image.close()
+        raise ImageFileError(
+            f"{quote(path)} declares {image.width} x {image.height} = {image.width * image.height:,} pixels, over "
+            f"the limit of {max_pixels:,}. Decoding it would take gigabytes of memory. Downscale it first, or "
+            "raise the limit (`max_pixels=`, or `--max-pixels` on the command line) if you trust the file."
+        )
+    return image
+
+
+def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
+    """Decode an image file to a float32 `(height, width, num_channels)` array of [0, 255] pixels.
+
+    Upright by its EXIF orientation, transparency composited over white,
+    converted to RGB (`num_channels=3`) or luminance (`1`).
+
+    Args:
+        path: str or path-like. An image file.
+        num_channels: int. 3 or 1. Defaults to `3`.
+        max_pixels: int. See `open_image`.
+
+    Raises:
+        ImageFileError: naming the file, for every way the file can be bad.
+    """
+    import warnings
+
+    from PIL import ImageOps
+
+    Image = _pil()
+    mode = {1: "L", 3: "RGB"}.get(num_channels)
+    if mode is None:
+        raise ValueError(f"`num_channels` must be 1 or 3 to read image files. Received: num_channels={num_channels!r}")
+    with open_image(path, max_pixels) as image, warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size was checked on open
+        try:
+            image = ImageOps.exif_transpose(image)
+            if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+                rgba = image.convert("RGBA")
+                image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+            array = np.asarray(image.convert(mode), dtype="float32")
+        except (OSError, SyntaxError, ValueError) as error:
+            raise ImageFileError(
+                f"{quote(os.fspath(path))} is truncated or corrupt ({error}); copy or download it again."
+            ) from None
+    return array[..., None] if array.ndim == 2 else array
+
+
+def _to_pil(image):
+    array = np.clip(np.rint(image), 0, 255).astype("uint8")
+    return _pil().fromarray(array[..., 0] if array.shape[-1] == 1 else array)
+
+
+def resize_region(image, box, size):
+    """Crop `box` (left, top, right, bottom; fractional allowed) of `image` and resize it to `size`, bicubic.
+
+    The one resampling of the image path: `center_crop` and the training
+    crops of `keras_vit.data.augment` both use it.
+    """
+    height, width = size
+    resized = _to_pil(image).resize((width, height), _pil().BICUBIC, box=box)
+    array = np.asarray(resized, dtype="float32")
+    return array[..., None] if image.shape[-1] == 1 else array
+
+
+def center_crop(image, size):
+    """The evaluation transform: resize the shorter side to fit `size`, then crop the centre.
+
+    Args:
+        image: float array `(height, width, channels)` of [0, 255] pixels.
+        size: int or `(height, width)` of the output.
+
+    Returns:
+        float32 array `size + (channels,)`; the image itself when it already
+        has that size.
+    """
+    out_h, out_w = to_pair(size, "size")
+    height, width = image.shape[:2]
+    if (height, width) == (out_h, out_w):
+        return np.asarray(image, dtype="float32")
+    # The largest centred region with the output's aspect ratio.
+    scale = min(height / out_h, width / out_w)
+    crop_h, crop_w = out_h * scale, out_w * scale
+    top, left = (height - crop_h) / 2, (width - crop_w) / 2
+    return resize_region(image, (left, top, left + crop_w, top + crop_h), (out_h, out_w))
+
+
+def load_image(path, image_size, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
+    """`read_image`, then `center_crop` to `image_size`: a file as the model's input.
+
+    Args:
+        path: str or path-like. An image file.
+        image_size: int or `(height, width)`. The output size.
+        num_channels: int. 3 (RGB) or 1 (grayscale). Defaults to `3`.
+        max_pixels: int. See `open_image`.
+
+    Returns:
+        A float32 numpy array `(height, width, num_channels)` in [0, 255].
+    """
+    return center_crop(read_image(path, num_channels, max_pixels), image_size)
+
+
+def resize_images(images, image_size):
+    """A batch of raw images of any size brought to `image_size` by `center_crop`, image by image.
+
+    Args:
+        images: array `(batch, height, width, channels)` of [0, 255] pixels.
+        image_size: int or `(height, width)`.
+
+    Returns:
+        float32 array `(batch,) + image_size + (channels,)`.
+    """
+    return np.stack([center_crop(np.asarray(image), image_size) for image in images])

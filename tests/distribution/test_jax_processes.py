@@ -1,0 +1,92 @@
+"""Two real JAX processes on loopback train what one process trains (data and model parallel).
+
+Each run is a job of 4 CPU devices: one process with 4, or two processes
+with 2 each joined by `keras.distribution.initialize` over 127.0.0.1 (a free
+port, gloo collectives). Every process reads only its share of every batch of
+an image folder (`ImageFolderDataset(shard=...)`). Losses and final weights of
+the two-process job must equal the one-process job's within 1e-5. Every child
+is bounded by a timeout and killed by the test, pass or fail.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from keras_vit.data import ImageFolderDataset
+from tests.finetune.helpers import write_folder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_processes_worker.py")
+TIMEOUT = 240
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_job(mode, count, folder, out):
+    """Start `count` worker processes, wait for all (bounded), kill any left; return process 0's results."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env.pop("XLA_FLAGS", None)
+    children = [subprocess.Popen([sys.executable, WORKER, mode, str(index), str(count), str(port), folder, out],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+                for index in range(count)]
+    try:
+        logs = [child.communicate(timeout=TIMEOUT)[0] for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    for child, log in zip(children, logs):
+        assert child.returncode == 0, log[-4000:]
+    with np.load(out) as results:
+        return {key: results[key] for key in results.files}
+
+
+def test_shards_read_every_image_of_a_batch_once(tmp_path):
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=7, size=(8, 8))
+    paths = sorted(os.path.join(folder, c, n) for c in os.listdir(folder) for n in os.listdir(os.path.join(folder, c)))
+    labels = [0 if "class_0" in path else 1 for path in paths]
+    whole = ImageFolderDataset(paths, labels, 8, batch_size=6, training=True, seed=3, workers=1)
+    shards = [ImageFolderDataset(paths, labels, 8, batch_size=6, training=True, seed=3, workers=1, shard=(i, 2))
+              for i in range(2)]
+    for epoch in (0, 1):
+        for dataset in (whole, *shards):
+            dataset.set_epoch(epoch)
+        seen = []
+        for index in range(len(whole)):
+            images, batch_labels = whole[index]
+            parts = [shard[index] for shard in shards]
+            # Together the shards are the global batch, row for row, pixel for pixel (augmentation included).
+            np.testing.assert_array_equal(np.concatenate([part[0] for part in parts]), images)
+            np.testing.assert_array_equal(np.concatenate([part[1] for part in parts]), batch_labels)
+            order = whole.order(epoch)[index * 6:(index + 1) * 6]
+            rows = [range(*shard.rows(index)) for shard in shards]
+            assert sorted(r for part in rows for r in part) == list(range(len(order)))  # no row twice, none skipped
+            seen.extend(order)
+        assert sorted(seen) == list(range(len(paths)))  # every image once per epoch
+    with pytest.raises(ValueError, match="cannot feed 4 processes"):
+        ImageFolderDataset(paths, labels, 8, batch_size=6, shard=(0, 4))  # the last batch has 2 images
+
+
+@pytest.mark.slow  # two jobs of 1 and 2 processes each: about a minute on 2 cores
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
+@pytest.mark.parametrize("mode", ["data", "model"])
+def test_two_processes_train_what_one_process_trains(mode, tmp_path):
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=8, size=(10, 12))
+    one = run_job(mode, 1, folder, str(tmp_path / "one.npz"))
+    two = run_job(mode, 2, folder, str(tmp_path / "two.npz"))
+    assert set(one) == set(two) and len(one["losses"]) == 2
+    np.testing.assert_allclose(two["losses"], one["losses"], atol=1e-5, rtol=0)
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], atol=1e-5, rtol=0, err_msg=name)
+    assert not np.allclose(one["losses"][0], one["losses"][1])  # it trained
