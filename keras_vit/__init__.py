@@ -24,6 +24,8 @@ _PUBLIC = {
     "fewshot_evaluate": "keras_vit.workflows.fewshot",
     "finetune": "keras_vit.workflows.finetuning",
     "upload_preset": "keras_vit.presets.upload",
+    "export_model": "keras_vit.workflows.export",
+    "quantize_model": "keras_vit.workflows.quantization",
 }
 
 

@@ -31,6 +31,8 @@ COMMANDS = {
     "explain": "Attention maps, attention rollout and the paper's Figure 7 for images, as PNG files.",
     "finetune": "Fine-tune a ViT on a folder of images (one subfolder per class).",
     "fewshot": "Few-shot linear evaluation of a frozen model on a folder of images.",
+    "export": "Export a model as a TensorFlow SavedModel, ONNX or LiteRT graph, checked in its runtime.",
+    "quantize": "Quantize a model's weights to int8 and save it as a .keras file or a preset.",
 }
 
 # The order in which an unset KERAS_BACKEND is filled in from what is installed.

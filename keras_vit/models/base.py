@@ -19,6 +19,9 @@ from keras_vit.utils.checks import check_pixel_range
 # Keras' own constructor arguments that every model keeps accepting.
 KERAS_ARGUMENTS = ("trainable",)
 
+# The config key that lists a model's quantized layers (see `ViTModel.quantized_layers`).
+QUANTIZATION_KEY = "quantized_layers"
+
 # Parameters above this are refused before any variable is created: such a
 # config is almost surely a typo (ViT-H/14 has 0.63e9, ViT-22B 2.2e10 needs
 # sharding this package does not do for a single model build).
@@ -160,8 +163,50 @@ class ViTModel:
     # === Config ===
 
     def base_config(self):
-        """`name` and the serialized dtype policy, for `get_config`."""
-        return {"name": self.name, "dtype": keras.dtype_policies.serialize(self.dtype_policy)}
+        """`name`, the serialized dtype policy and the quantized layers, for `get_config`."""
+        config = {"name": self.name, "dtype": keras.dtype_policies.serialize(self.dtype_policy)}
+        quantized = self.quantized_layers()
+        if quantized:
+            config[QUANTIZATION_KEY] = quantized
+        return config
+
+    def quantized_layers(self):
+        """`{path inside this model: mode}` of every layer `model.quantize(...)` changed.
+
+        Keras saves a quantized layer's variables (an int8 kernel and its
+        scale), but our layers build their Dense sublayers from constructor
+        arguments, so a model rebuilt from its config has float layers that
+        cannot take them. The config therefore lists the quantized layers,
+        and `from_config` quantizes the same layers again before the
+        weights load, on every backend and for `.keras` files and presets
+        alike.
+        """
+        return {
+            self._path_inside(layer): layer.quantization_mode
+            for layer in self._flatten_layers(include_self=False)
+            if getattr(layer, "quantization_mode", None)
+        }
+
+    def _path_inside(self, layer):
+        # Keras gives a layer a path when it is built inside a model; some (e.g. a
+        # functional model's InputLayer) have none and are never quantized.
+        path, prefix = layer.path or "", f"{self.path}/"
+        return path[len(prefix):] if path.startswith(prefix) else path
+
+    def _quantize_layers(self, quantized):
+        """Quantize the layers a config lists (`quantized_layers()` of the saved model)."""
+        if not isinstance(quantized, dict) or not all(isinstance(v, str) for v in quantized.values()):
+            raise ValueError(f"`{QUANTIZATION_KEY}` must map layer paths to quantization modes such as 'int8'. "
+                             f"Received: {QUANTIZATION_KEY}={quantized!r}")
+        for mode in sorted(set(quantized.values())):
+            paths = {path for path, layer_mode in quantized.items() if layer_mode == mode}
+            # A nested backbone quantized its own layers already (its config lists them too).
+            self.quantize(mode, filters=lambda layer: (self._path_inside(layer) in paths
+                                                       and not getattr(layer, "quantization_mode", None)))
+        missing = sorted(set(quantized) - set(self.quantized_layers()))
+        if missing:
+            raise ValueError(f"The config lists quantized layers this model does not have: {', '.join(missing[:5])}. "
+                             "The file was saved by another version of the model; save it again.")
 
     @classmethod
     def from_config(cls, config):
@@ -171,7 +216,11 @@ class ViTModel:
                 config[key] = deserialize_model(config[key])
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        quantized = config.pop(QUANTIZATION_KEY, None)
+        model = cls(**config)
+        if quantized:
+            model._quantize_layers(quantized)
+        return model
 
     def compile_from_config(self, config):
         # Keras does not re-compile a loaded model whose `compile` is

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 
 from keras_vit.layers.token_pooling import TokenPooling
-from keras_vit.models.base import ViTModel
+from keras_vit.models.base import QUANTIZATION_KEY, ViTModel
 from keras_vit.models.vit_backbone import ViTBackbone, check_images_rank, check_parameter_count
 
 # The one named class list; `keras_vit.decode_predictions` reads its names.
@@ -231,7 +231,10 @@ class ViTClassifier(ViTModel, keras.Model):
         config = {**self.get_config(), **changes}
         config.pop("backbone")
         config["dtype"] = self.dtype_policy
+        quantized = config.pop(QUANTIZATION_KEY, None)
         model = type(self)(backbone=backbone, **config)
+        if quantized:  # the head layers are quantized again so that their int8 weights fit
+            model._quantize_layers({path: mode for path, mode in quantized.items() if not path.startswith("backbone/")})
         for name in ("fc_norm", "pre_logits") + (("head",) if copy_head else ()):
             if any(layer.name == name for layer in self.layers):
                 model.get_layer(name).set_weights(self.get_layer(name).get_weights())
