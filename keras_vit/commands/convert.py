@@ -1,8 +1,7 @@
 """`keras-vit convert SRC DST`: turn a timm / Hugging Face / Google checkpoint into Keras files."""
 
-import argparse
 
-FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
+OUTPUT_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
 
 
 def _image_size(text):
@@ -43,7 +42,7 @@ def add_arguments(parser):
     )
     parser.add_argument("destination", help="output: .keras (whole model), .weights.h5, .safetensors (timm) or a "
                                             "directory with --to huggingface")
-    parser.add_argument("--to", choices=FORMATS, default="auto", help="output format (default: from the file name)")
+    parser.add_argument("--to", choices=OUTPUT_FORMATS, default="auto", help="output format (default: from the file name)")
     parser.add_argument("--image-size", default=None,
                         help="build the model for this size (N or HxW), resampling the position embedding")
     parser.add_argument("--interpolation", choices=("bicubic", "bilinear"), default="bicubic",
@@ -57,8 +56,6 @@ def add_arguments(parser):
     parser.add_argument("--logits", action="store_true",
                         help="output logits (activation=None) instead of probabilities, the default of every "
                         "ViTClassifier")
-    # Probabilities are the default now; --softmax stays accepted for old scripts.
-    parser.add_argument("--softmax", action="store_true", help=argparse.SUPPRESS)
 
 
 def _outputs(destination, target):

@@ -32,9 +32,9 @@ def _load(preset, image_size):
             raise UsageError(f"No such .keras file: {preset}")
         model = keras.saving.load_model(preset, compile=False)
         if image_size is not None:
-            from keras_vit.workflows.finetuning import _backbone_at
+            from keras_vit.workflows.finetuning import backbone_at_size
 
-            model = _backbone_at(getattr(model, "backbone", model), image_size)
+            model = backbone_at_size(getattr(model, "backbone", model), image_size)
         return model
     return ViTBackbone.from_preset(preset, image_size=image_size)
 

@@ -9,7 +9,7 @@ from keras_vit.convert.google import from_npz
 from keras_vit.convert.huggingface import export_huggingface, from_huggingface
 from keras_vit.convert.io import read_npz, read_safetensors, write_safetensors
 from keras_vit.convert.loader import load_checkpoint
-from keras_vit.convert.resample import resample_position_embedding
+from keras_vit.utils.resample import resample_position_embedding
 from keras_vit.convert.timm import export_timm, from_timm
 
 __all__ = [

@@ -7,7 +7,8 @@ set of rules everywhere.
 
 import os
 
-from keras_vit.convert.io import PICKLE_SUFFIXES, pickle_refusal, read_json
+from keras_vit.convert.io import PICKLE_SUFFIXES, pickle_refusal
+from keras_vit.utils.files import read_json_object
 
 # Format name -> what it is, in the words the CLI help and errors use.
 FORMATS = {
@@ -72,7 +73,7 @@ def detect_format(path):
     if os.path.isdir(path):
         names = set(os.listdir(path))
         if CONFIG_FILE in names:
-            return detect_config_format(read_json(os.path.join(path, CONFIG_FILE)), os.path.join(path, CONFIG_FILE))
+            return detect_config_format(read_json_object(os.path.join(path, CONFIG_FILE)), os.path.join(path, CONFIG_FILE))
         if names & set(KERAS_VIT_FILES):
             return "keras_vit"  # its loader names the missing file
         pickles = sorted(n for n in names if n.lower().endswith(PICKLE_SUFFIXES))

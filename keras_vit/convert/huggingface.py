@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from keras_vit.convert.io import write_safetensors
-from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, check_tensors, model_to_timm
+from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.utils import atomic_write
 from keras_vit.utils.files import check_writable_names, mark_directory
 
@@ -63,9 +63,6 @@ _BLOCK_PATTERN = re.compile(r"^(?:encoder\.layer|encoder\.layers|layers)\.(\d+)\
 def is_huggingface_state_dict(state_dict):
     return any(key.startswith(("embeddings.", "vit.embeddings.")) for key in state_dict)
 
-
-def _pair(value):
-    return (int(value), int(value)) if isinstance(value, (int, np.integer)) else tuple(int(v) for v in value)
 
 
 def huggingface_to_timm(state_dict):
@@ -242,8 +239,8 @@ def from_huggingface(
     num_layers = int(config["num_hidden_layers"])
     timm_state, ignored = huggingface_to_timm(state_dict)
     check_tensors(timm_state, "Hugging Face checkpoint")  # ranks, under timm's names
-    patch_size = _pair(config.get("patch_size", 16))
-    source_size = _pair(config.get("image_size", 224))
+    patch_size = config_pair(config.get("patch_size", 16))
+    source_size = config_pair(config.get("image_size", 224))
     _check_config_against_weights(config, timm_state, source_size, patch_size)
     backbone_config = {
         "image_size": source_size,

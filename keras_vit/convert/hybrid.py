@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from keras_vit.convert.model_map import build_model
+from keras_vit.convert.model_map import build_model, config_pair
 from keras_vit.models.hybrid import bit_resnet_stem
 
 BACKBONE_PREFIX = "patch_embed.backbone."
@@ -36,11 +36,6 @@ def _conv_kernel(array):
 
 def _same(array):
     return np.asarray(array)
-
-
-def is_hybrid_state_dict(state_dict):
-    """Whether a timm state dict holds a hybrid (a CNN under `patch_embed.backbone.`)."""
-    return any(key.startswith(BACKBONE_PREFIX) for key in state_dict)
 
 
 def hybrid_stem_spec(state_dict):
@@ -112,13 +107,6 @@ def _output_stride(stage_depths):
     return 4 * 2 ** max(len(stage_depths) - 1, 0)
 
 
-def _pair(value):
-    if value is None:
-        return None
-    if isinstance(value, (int, np.integer)):
-        return (int(value), int(value))
-    return tuple(int(v) for v in value)[-2:]
-
 
 def from_timm_hybrid(
     state_dict,
@@ -178,7 +166,7 @@ def from_timm_hybrid(
     config = {key: (dict(value) if isinstance(value, dict) else value) for key, value in dict(config or {}).items()}
     model_args = config.setdefault("model_args", {})
     pretrained_cfg = config.setdefault("pretrained_cfg", {})
-    source_size = _pair(source_image_size or model_args.pop("img_size", None) or pretrained_cfg.pop("input_size", None))
+    source_size = config_pair(source_image_size or model_args.pop("img_size", None) or pretrained_cfg.pop("input_size", None))
     if "num_heads" in overrides:
         model_args["num_heads"] = overrides["num_heads"]
     feature_size = None if source_size is None else tuple(math.ceil(s / stride) for s in source_size)

@@ -397,10 +397,3 @@ def read_npz(path):
         ) from None
 
 
-def read_json(path):
-    """Read a JSON config file; a damaged one gets an error naming it."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise ValueError(f"{quote(path)} is not valid JSON ({error}).") from None

@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from keras_vit.convert.model_map import build_model
-from keras_vit.utils.files import quote
+from keras_vit.utils.files import quote, read_json_object
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -39,13 +39,6 @@ def is_kerashub_preset(directory):
         or str(document.get("module", "")).startswith("keras_hub.")
     )
 
-
-def _read_json(path):
-    try:
-        with open(path) as file:
-            return json.load(file)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{quote(path)} is not readable JSON ({error}).") from error
 
 
 def _read_h5(path):
@@ -98,7 +91,7 @@ def _pixel_arguments(directory):
         path = os.path.join(directory, name)
         if not os.path.exists(path):
             continue
-        document = _read_json(path)
+        document = read_json_object(path)
         config = document.get("config", {})
         if "image_converter" in config:  # preprocessor.json nests the converter
             config = config["image_converter"].get("config", {})
@@ -187,14 +180,14 @@ def load_kerashub_preset(directory, include_head=True, image_size=None, activati
     """
     directory = os.fspath(directory)
     where = f"The keras-hub preset {quote(directory)}"
-    backbone_config = _backbone_arguments(_read_json(os.path.join(directory, CONFIG_FILE)), where)
+    backbone_config = _backbone_arguments(read_json_object(os.path.join(directory, CONFIG_FILE)), where)
     backbone_config.update(_pixel_arguments(directory))
     tensors = _read_h5(os.path.join(directory, WEIGHTS_FILE))
     state = kerashub_to_timm(tensors, where)
     head_config = None
     task_path = os.path.join(directory, TASK_FILE)
     if include_head and os.path.exists(task_path):
-        task = _read_json(task_path)
+        task = read_json_object(task_path)
         config = task.get("config", {})
         if task.get("class_name") != "ViTImageClassifier":
             raise ValueError(f"{where}: task.json holds a {task.get('class_name')!r}; keras_vit loads "

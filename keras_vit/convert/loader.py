@@ -3,7 +3,8 @@
 import os
 
 from keras_vit.convert.formats import detect_format
-from keras_vit.convert.io import PICKLE_SUFFIXES, pickle_refusal, read_json, read_npz, read_safetensors_with_metadata
+from keras_vit.convert.io import PICKLE_SUFFIXES, pickle_refusal, read_npz, read_safetensors_with_metadata
+from keras_vit.utils.files import read_json_object
 
 _SAFETENSORS_NAMES = ("model.safetensors", "open_clip_model.safetensors")
 
@@ -26,11 +27,11 @@ def _load_directory(directory, fmt, **kwargs):
         )
     if not os.path.exists(config_path):
         raise ValueError(f"{directory} has model.safetensors but no config.json; pass the .safetensors file instead.")
-    config = read_json(config_path)
+    config = read_json_object(config_path)
     state_dict, _ = read_safetensors_with_metadata(weights_path)
     if fmt == "huggingface":
         processor_path = os.path.join(directory, "preprocessor_config.json")
-        processor = read_json(processor_path) if os.path.exists(processor_path) else None
+        processor = read_json_object(processor_path) if os.path.exists(processor_path) else None
         return from_huggingface(config, state_dict, preprocessor_config=processor, **kwargs)
     return from_timm(state_dict, config=config, **kwargs)
 

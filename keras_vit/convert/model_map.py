@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from keras_vit.convert.io import check_finite
-from keras_vit.convert.resample import resample_position_embedding
+from keras_vit.utils.resample import resample_position_embedding
 from keras_vit.models.vit_backbone import ViTBackbone
 from keras_vit.models.vit_classifier import ViTClassifier
 
@@ -136,6 +136,16 @@ def _describe(backbone_config):
     keys = ("image_size", "patch_size", "hidden_dim", "num_layers", "num_heads", "mlp_dim",
             "use_class_token", "num_register_tokens", "prefix_position_embedding")
     return ", ".join(f"{k}={backbone_config[k]!r}" for k in keys if k in backbone_config)
+
+
+def config_pair(value):
+    """A size from a checkpoint's config as `(height, width)`: an int is a square; of a longer
+    sequence (timm's `input_size` is `(channels, height, width)`) the last two; `None` stays `None`."""
+    if value is None:
+        return None
+    if isinstance(value, (int, np.integer)):
+        return (int(value), int(value))
+    return tuple(int(v) for v in value)[-2:]
 
 
 def build_model(

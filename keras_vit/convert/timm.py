@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, check_tensors, model_to_timm
+from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.models.variants import MODEL_SIZES
 
 # timm's ViT default preprocessing (`_cfg`: IMAGENET_INCEPTION_MEAN/STD).
@@ -28,14 +28,6 @@ _UNSUPPORTED = {
 }
 _KERAS_VIT_METADATA = "keras_vit_config"
 
-
-def _pair(value):
-    if value is None:
-        return None
-    if isinstance(value, (int, np.integer)):
-        return (int(value), int(value))
-    value = tuple(int(v) for v in value)
-    return value[-2:]
 
 
 def _heads_from_architecture(architecture):
@@ -126,7 +118,7 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
     num_register_tokens = int(np.shape(state_dict["reg_token"])[1]) if "reg_token" in state_dict else 0
     num_prefix_tokens = int(use_class_token) + num_register_tokens
 
-    image_size = _pair(source_image_size or model_args.get("img_size") or pretrained_cfg.get("input_size"))
+    image_size = config_pair(source_image_size or model_args.get("img_size") or pretrained_cfg.get("input_size"))
     grid = None if image_size is None else (image_size[0] // patch_h, image_size[1] // patch_w)
     if "pos_embed" in state_dict:
         position_embedding = "learned"

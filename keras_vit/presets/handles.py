@@ -17,7 +17,8 @@ import os
 
 from keras_vit.convert.formats import detect_config_format
 from keras_vit.presets import hub
-from keras_vit.presets.keras_vit_format import CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE, read_json
+from keras_vit.presets.keras_vit_format import CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE
+from keras_vit.utils.files import read_json_object
 from keras_vit.presets.registry import PRESETS
 from keras_vit.utils.files import recover_directory
 
@@ -71,7 +72,7 @@ def hub_files(handle, revision=None, sha256=None, weights_format=None):
     # Every other file from the config's commit, so a push during the download cannot mix two versions.
     revision = hub.commit_of(config_path) or revision
     if weights_format is None:
-        weights_format = detect_config_format(read_json(config_path, handle), f"{handle}/{CONFIG_FILE}")
+        weights_format = detect_config_format(read_json_object(config_path, handle), f"{handle}/{CONFIG_FILE}")
     if weights_format == "kerashub":
         hub.fetch(repo_id, WEIGHTS_FILE, revision, sha256=sha256)
         for optional in ("task.json", "task.weights.h5", "image_converter.json", "preprocessor.json"):

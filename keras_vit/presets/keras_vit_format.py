@@ -17,8 +17,7 @@ import keras
 import numpy as np
 
 from keras_vit.utils import atomic_directory
-from keras_vit.utils.files import check_replaceable, recover_directory
-from keras_vit.utils.files import quote
+from keras_vit.utils.files import check_replaceable, quote, read_json_object, recover_directory
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -36,21 +35,11 @@ def model_classes():
     return {"ViTBackbone": ViTBackbone, "ViTClassifier": ViTClassifier, "MaskedPatchPredictor": MaskedPatchPredictor}
 
 
-def read_json(path, where):
-    try:
-        with open(path, encoding="utf-8") as file:
-            value = json.load(file)
-    except ValueError as error:
-        raise ValueError(f"{path} (from {where}) is not valid JSON: {error}") from error
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} (from {where}) must hold a JSON object. Received: {type(value).__name__}")
-    return value
-
 
 def validate_config(document, where="config.json"):
     """Check the structure of a keras_vit `config.json` document.
 
-    The values are checked by the model constructors when `build_model`
+    The values are checked by the model constructors when `build_preset_model`
     runs (before any variable is created).
 
     Args:
@@ -86,7 +75,7 @@ def validate_config(document, where="config.json"):
     return class_name, config
 
 
-def build_model(class_name, config, where):
+def build_preset_model(class_name, config, where):
     """Build the model a checked document describes; constructor errors name the file."""
     try:
         return model_classes()[class_name].from_config(config)
@@ -213,18 +202,15 @@ def load_keras_vit(directory, load_weights, where):
     if missing:
         raise ValueError(f"The keras_vit preset {where} lacks {missing} (expected {list(KERAS_VIT_FILES)}).")
     file_name = f"{where}/{CONFIG_FILE}"
-    class_name, config = validate_config(read_json(config_path, where), where=file_name)
+    class_name, config = validate_config(read_json_object(config_path, where), where=file_name)
     metadata_path = os.path.join(directory, METADATA_FILE)
-    metadata = read_json(metadata_path, where) if os.path.exists(metadata_path) else {}
-    if class_name == "ViTClassifier" and config.get("class_names") is None and metadata.get("class_names"):
-        # Presets written before class names were in the config kept them in metadata.
-        config = {**config, "class_names": metadata["class_names"]}
+    metadata = read_json_object(metadata_path, where) if os.path.exists(metadata_path) else {}
     if load_weights:
         with open(weights_path, "rb") as file:
             if file.read(8) != _HDF5_MAGIC:
                 raise ValueError(f"{weights_path} is not an HDF5 .weights.h5 file; the preset is damaged. "
                                  "Save it again with `save_to_preset`.")
-    model = build_model(class_name, config, file_name)
+    model = build_preset_model(class_name, config, file_name)
     if load_weights:
         try:
             model.load_weights(weights_path)

@@ -83,6 +83,29 @@ def _mode_for(path):
         return 0o666 & ~umask
 
 
+def read_json_object(path, where=None):
+    """The JSON object in `path`; a file that is not valid JSON or holds no object gets an error naming it.
+
+    Args:
+        path: str. The file to read.
+        where: str or `None`. What the file belongs to (a preset handle, a
+            checkpoint), named in the error. Defaults to `None`.
+
+    Raises:
+        ValueError: the file is not UTF-8 JSON, or holds another value than
+            an object.
+    """
+    name = quote(path) + (f" (from {where})" if where else "")
+    try:
+        with open(path, encoding="utf-8") as file:
+            value = json.load(file)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise ValueError(f"{name} is not valid JSON ({error}).") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must hold a JSON object. Received: {type(value).__name__}")
+    return value
+
+
 MARKER = ".keras_vit.json"
 
 

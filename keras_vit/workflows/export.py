@@ -33,7 +33,7 @@ METADATA_FILE = "export.json"
 # The kind recorded in the directory's ownership marker: only an export replaces an export.
 EXPORT_KIND = "export"
 # Our format names -> Keras' names and the file written inside the export directory.
-FORMATS = {
+EXPORT_FORMATS = {
     "saved_model": ("tf_saved_model", None),
     "onnx": ("onnx", "model.onnx"),
     "litert": ("litert", "model.tflite"),
@@ -73,7 +73,7 @@ def check_export(format, backend=None):
     """Fail at once, before any work, if `format` cannot be exported from `backend` here.
 
     Args:
-        format: str. One of `FORMATS`.
+        format: str. One of `EXPORT_FORMATS`.
         backend: str or `None` for the running Keras backend.
 
     Raises:
@@ -85,8 +85,8 @@ def check_export(format, backend=None):
     import keras
 
     backend = backend or keras.backend.backend()
-    if format not in FORMATS:
-        raise ValueError(f"Unknown export format {format!r}. Choose one of: {', '.join(FORMATS)}. "
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"Unknown export format {format!r}. Choose one of: {', '.join(EXPORT_FORMATS)}. "
                          f"Received: format={format!r}")
     reason = UNSUPPORTED.get((format, backend))
     if reason:
@@ -156,7 +156,7 @@ def run_exported(directory, format, images):
     if format == "onnx":
         import onnxruntime
 
-        session = onnxruntime.InferenceSession(os.path.join(directory, FORMATS[format][1]),
+        session = onnxruntime.InferenceSession(os.path.join(directory, EXPORT_FORMATS[format][1]),
                                                providers=["CPUExecutionProvider"])
         return session.run(None, {session.get_inputs()[0].name: images})[0]
     if format == "litert":
@@ -164,14 +164,14 @@ def run_exported(directory, format, images):
             from ai_edge_litert.interpreter import Interpreter
         except ImportError:
             from tensorflow.lite import Interpreter
-        interpreter = Interpreter(model_path=os.path.join(directory, FORMATS[format][1]))
+        interpreter = Interpreter(model_path=os.path.join(directory, EXPORT_FORMATS[format][1]))
         source = interpreter.get_input_details()[0]
         interpreter.resize_tensor_input(source["index"], images.shape)
         interpreter.allocate_tensors()
         interpreter.set_tensor(source["index"], images)
         interpreter.invoke()
         return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
-    raise ValueError(f"Unknown export format {format!r}. Choose one of: {', '.join(FORMATS)}.")
+    raise ValueError(f"Unknown export format {format!r}. Choose one of: {', '.join(EXPORT_FORMATS)}.")
 
 
 def export_model(model, path, format="saved_model", check=True, tolerance=None):
@@ -223,9 +223,9 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
     # Keras' exporters refuse a model that was never called (one loaded from a file, say).
     model(_sample_images(model, 1, 0), training=False)
     with atomic_directory(path, EXPORT_KIND) as staging:
-        target = staging if FORMATS[format][1] is None else os.path.join(staging, FORMATS[format][1])
-        model.export(target, format=FORMATS[format][0], verbose=False)
-        document["file"] = FORMATS[format][1]
+        target = staging if EXPORT_FORMATS[format][1] is None else os.path.join(staging, EXPORT_FORMATS[format][1])
+        model.export(target, format=EXPORT_FORMATS[format][0], verbose=False)
+        document["file"] = EXPORT_FORMATS[format][1]
         if check:
             document.update(_check(model, staging, format, tolerance))
         from keras_vit.utils.files import atomic_write

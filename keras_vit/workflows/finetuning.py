@@ -19,6 +19,7 @@ import numpy as np
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import check_not_nested, check_replaceable, quote
 from keras_vit.utils.seeds import set_random_seed
+from keras_vit.utils.values import to_pair
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
 # no weight decay, gradient clipping at global norm 1, cosine decay with
@@ -113,37 +114,19 @@ def warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, num_i
         )
 
 
-def _with_new_head(model, num_classes):
-    """A classifier on `model`'s backbone with a new zero-initialised head (the paper's fine-tuning head)."""
-    from keras_vit.models.vit_classifier import ViTClassifier
+def backbone_at_size(backbone, image_size):
+    """`backbone` at `image_size` (position embeddings resampled); itself when the size already matches.
 
-    if hasattr(model, "with_head"):
-        return model.with_head(num_classes)
-    pooled_norm = getattr(model, "pooled_norm", False)
-    classifier = ViTClassifier(backbone=model.backbone, num_classes=num_classes,
-                               pooling=getattr(model, "pooling", "token"), pooled_norm=pooled_norm)
-    if pooled_norm:
-        classifier.get_layer("fc_norm").set_weights(model.get_layer("fc_norm").get_weights())
-    return classifier
+    Args:
+        backbone: a `ViTBackbone`.
+        image_size: int, `(height, width)` or `None` (keep the backbone's).
 
-
-def _backbone_at(backbone, image_size):
-    """`backbone` at `image_size` (position embeddings resampled), through public APIs only."""
-    if image_size is None or tuple(backbone.image_size) == _pair(image_size):
+    Returns:
+        A `ViTBackbone`.
+    """
+    if image_size is None or tuple(backbone.image_size) == to_pair(image_size, "image_size"):
         return backbone
-    if hasattr(backbone, "with_image_size"):
-        return backbone.with_image_size(image_size)
-    import tempfile
-
-    from keras_vit.models.vit_backbone import ViTBackbone
-
-    with tempfile.TemporaryDirectory() as directory:
-        backbone.save_to_preset(directory)
-        return ViTBackbone.from_preset(directory, image_size=image_size)
-
-
-def _pair(value):
-    return (value, value) if isinstance(value, int) else tuple(value)
+    return backbone.with_image_size(image_size)
 
 
 def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None, num_channels=3, seed=0):
@@ -182,12 +165,12 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
             raise ArgumentError(f"No such .keras file: {quote(preset)}.")
         loaded = keras.saving.load_model(preset, compile=False)
         if isinstance(loaded, ViTClassifier) and (
-                image_size is None or tuple(loaded.backbone.image_size) == _pair(image_size)):
-            return _with_new_head(loaded, num_classes)
+                image_size is None or tuple(loaded.backbone.image_size) == to_pair(image_size, "image_size")):
+            return loaded.with_head(num_classes)
         backbone = load_pretrained_backbone(preset)
-        return ViTClassifier(backbone=_backbone_at(backbone, image_size), num_classes=num_classes)
+        return ViTClassifier(backbone=backbone_at_size(backbone, image_size), num_classes=num_classes)
     model = ViTClassifier.from_preset(preset, image_size=image_size, num_classes=num_classes)
-    return _with_new_head(model, num_classes)
+    return model.with_head(num_classes)
 
 
 def check_output_dir(output, argument="output"):

@@ -136,7 +136,7 @@ def test_build_model_hook_for_hybrids(state_dict):
     import keras
 
     from keras_vit.convert.model_map import build_model
-    from keras_vit.convert.resample import resample_position_embedding
+    from keras_vit.utils.resample import resample_position_embedding
 
     def config():
         stem = keras.layers.Conv2D(3, 1, strides=2, name="stem")

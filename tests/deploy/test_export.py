@@ -82,7 +82,7 @@ def test_existing_user_directory_is_never_replaced(classifier, tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     with pytest.raises(ValueError, match="did not write there"):
         export.check_export_directory(str(tmp_path / "mine"))
-    if (format := next((f for f in export.FORMATS if (f, BACKEND) not in UNSUPPORTED), None)):
+    if (format := next((f for f in export.EXPORT_FORMATS if (f, BACKEND) not in UNSUPPORTED), None)):
         with pytest.raises(ValueError, match="did not write there"):
             export_model(classifier, str(tmp_path / "mine"), format=format, check=False)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"

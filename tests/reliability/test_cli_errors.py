@@ -104,7 +104,7 @@ def test_predict_truncated_keras_model(tmp_path, files, capsys, cut):
 def test_predict_truncated_preset_weights(tmp_path, files, capsys):
     import keras
 
-    from keras_vit.presets.loader import save_to_preset
+    from keras_vit.presets import save_to_preset
 
     save_to_preset(keras.saving.load_model(files / "tiny.keras"), tmp_path / "preset")
     weights = tmp_path / "preset" / "model.weights.h5"
