@@ -138,8 +138,10 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
 
     JAX: `data_parallel()` or `model_parallel(model_parallelism)`.
     TensorFlow: `tensorflow_strategy(tpu=tpu)` for `"data"`; model
-    parallelism is JAX-only. PyTorch: Keras' `fit` has no multi-device
-    engine, so this raises and points to DistributedDataParallel.
+    parallelism is JAX-only. PyTorch: `"data"` joins the processes of a
+    `torchrun` job (`torch_processes.TorchDataParallel`; one process per
+    device, gradients averaged across them); outside `torchrun` it raises
+    with the command to use.
 
     Args:
         kind: str. `"data"` or `"model"`.
@@ -164,10 +166,18 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
                 "(MirroredStrategy, or TPUStrategy with a TPU). Received: kind='model', backend='tensorflow'"
             )
         return tensorflow_strategy(tpu=tpu)
-    raise ValueError(
-        f"Keras' `fit` on the {backend} backend runs on one device: keras.distribution supports JAX and "
-        "tf.distribute supports TensorFlow. Use KERAS_BACKEND=jax (data or model parallel) or "
-        "KERAS_BACKEND=tensorflow (data parallel); for several GPUs with PyTorch, wrap the model in "
-        "torch.nn.parallel.DistributedDataParallel in your own training loop under torchrun "
-        f"(README, 'Scale-out'). Received: kind={kind!r}, backend={backend!r}"
-    )
+    if kind == "model":
+        raise ValueError(
+            "Model parallelism (weights split across devices) runs on JAX through keras.distribution: set "
+            "KERAS_BACKEND=jax. On PyTorch use kind='data' under torchrun (one process per device). "
+            f"Received: kind='model', backend={backend!r}"
+        )
+    from keras_vit.distribution.torch_processes import TorchDataParallel, launched_by_torchrun
+
+    if not launched_by_torchrun():
+        raise ValueError(
+            "Data parallelism on PyTorch runs one process per device, started by torchrun: "
+            "`torchrun --nproc_per_node=N -m keras_vit COMMAND ... --distribute data` (docs/scale-out.md). "
+            "This process was not started by torchrun (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset)."
+        )
+    return TorchDataParallel()
