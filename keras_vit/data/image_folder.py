@@ -198,9 +198,13 @@ class _ShardedRows:
     Subclasses have `batch_size` and `__len__`, and `_num_rows()`.
     """
 
+    # Rows of every batch are cut to a multiple of this: JAX splits each batch evenly over the
+    # batch axis of its device mesh (`processes.shard_for_processes` sets it).
+    batch_multiple = 1
+
     @property
     def shard(self):
-        return self._shard
+        return getattr(self, "_shard", None)
 
     @shard.setter
     def shard(self, shard):
@@ -218,10 +222,15 @@ class _ShardedRows:
                 f"{count} rows. Received: batch_size={self.batch_size}, {self._num_rows()} rows.")
         self._shard = (index, count)
 
+    def __len__(self):
+        full, last = divmod(self._num_rows(), self.batch_size)
+        return full + (last - last % self.batch_multiple > 0)
+
     def rows(self, index):
         """`(first, stop)`: the rows of global batch `index` this dataset reads (all of them without `shard`)."""
         size = min(self.batch_size, self._num_rows() - index * self.batch_size)
-        if self._shard is None:
+        size -= size % self.batch_multiple
+        if self.shard is None:
             return 0, size
         shard, count = self._shard
         return size * shard // count, size * (shard + 1) // count
@@ -291,9 +300,6 @@ class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
         if self.augment is not None and self.augment.mixes_labels and self.labels is not None and not num_classes:
             raise ValueError("MixUp / CutMix need `num_classes` to make one-hot labels.")
         self.shard = shard
-
-    def __len__(self):
-        return math.ceil(len(self.paths) / self.batch_size)
 
     def _num_rows(self):
         return len(self.paths)
@@ -381,9 +387,6 @@ class ArrayBatches(_ShardedRows, keras.utils.PyDataset):
         self.batch_size, self.seed, self.shuffle = batch_size, int(seed), shuffle
         self.epoch = 0
         self.shard = shard
-
-    def __len__(self):
-        return math.ceil(len(self.x) / self.batch_size)
 
     def _num_rows(self):
         return len(self.x)

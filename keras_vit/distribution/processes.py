@@ -70,6 +70,23 @@ def barrier(name="keras_vit"):
     multihost_utils.sync_global_devices(name)
 
 
+def saving_is_collective():
+    """True when every process must take part in saving a model (a multi-process JAX job).
+
+    Keras reads a JAX array that spans the devices of several processes
+    through collectives: process 0 cannot save alone, the others call the
+    same save and discard what they wrote (`discarded_directory`).
+    """
+    return keras.backend.backend() == "jax" and process_count() > 1
+
+
+def discarded_directory():
+    """A temporary directory, deleted on exit, for a save whose output only process 0 keeps."""
+    import tempfile
+
+    return tempfile.TemporaryDirectory(prefix="keras_vit-discarded-")
+
+
 def broadcast_json(value):
     """The chief's `value` (any JSON value) on every process: each returns what process 0 passed.
 
@@ -99,18 +116,69 @@ def broadcast_json(value):
     return json.loads(buffer.tobytes().decode("utf-8"))
 
 
+JAX_JOB_VARIABLES = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                     "KERAS_DISTRIBUTION_PROCESS_ID")
+
+
+def initialize_jax_processes():
+    """Join a multi-process JAX job described by Keras' environment variables; return the process count.
+
+    Every process of the job sets `KERAS_DISTRIBUTION_JOB_ADDRESSES` (the
+    address of process 0, `host:port`), `KERAS_DISTRIBUTION_NUM_PROCESSES`
+    and its own `KERAS_DISTRIBUTION_PROCESS_ID`, and this calls
+    `keras.distribution.initialize()` before any computation. CPU devices
+    exchange data over gloo. Without those variables nothing happens (one
+    process; on a TPU pod slice call `keras.distribution.initialize()`
+    yourself, it reads the TPU's own environment).
+    """
+    import os
+
+    if not os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES"):
+        return process_count()
+    import jax
+
+    if jax.distributed.is_initialized():
+        return jax.process_count()
+    # CPU devices of different processes reach each other through gloo (the default has no transport).
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    keras.distribution.initialize()
+    return jax.process_count()
+
+
+def batch_shards():
+    """How many ways the current JAX distribution splits every batch (1 without one, or off JAX)."""
+    if keras.backend.backend() != "jax":
+        return 1
+    distribution = keras.distribution.distribution()
+    mesh = getattr(distribution, "device_mesh", None)
+    if mesh is None:
+        return 1
+    return mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)]
+
+
 def shard_for_processes(dataset):
     """Give `dataset` this process's share of every global batch; return it.
 
     `ImageFolderDataset` and `ArrayBatches` take a `shard=(index, count)`:
     each process reads only its rows of every batch (no image twice per step,
-    none skipped in an epoch). Alone, or for another kind of data, the
-    dataset is returned unchanged.
+    none skipped in an epoch). Under a JAX distribution whose batch axis has
+    `n` devices, each batch is also cut to a multiple of `n` rows, because
+    JAX splits every batch evenly: the last batch of an epoch loses up to
+    `n - 1` rows (other images each epoch for shuffled training data).
+    Alone, or for another kind of data, the dataset is returned unchanged.
 
     Raises:
         ValueError: several processes, and a dataset that cannot be sharded
-            (every process would train on every batch).
+            (every process would train on every batch), or a batch size that
+            the batch axis does not divide.
     """
+    shards = batch_shards()
+    if shards > 1 and hasattr(dataset, "batch_multiple"):
+        if dataset.batch_size % shards:
+            raise ValueError(
+                f"The batch size must be divisible by the {shards} devices of the mesh's batch axis: JAX splits "
+                f"every batch evenly over them. Received: batch_size={dataset.batch_size}")
+        dataset.batch_multiple = shards
     count = process_count()
     if count == 1:
         return dataset

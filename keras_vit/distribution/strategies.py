@@ -24,6 +24,12 @@ def _devices(devices):
     return devices
 
 
+def _one_process():
+    import jax
+
+    return jax.process_count() == 1
+
+
 def data_parallel(devices=None):
     """A `keras.distribution.DataParallel` over the devices at hand (JAX).
 
@@ -44,7 +50,9 @@ def data_parallel(devices=None):
     _require_backend(
         "jax", "keras.distribution", "On TensorFlow use `keras_vit.distribution.tensorflow_strategy()`."
     )
-    return keras.distribution.DataParallel(devices=_devices(devices))
+    # Across processes each one feeds its own rows (`processes.shard_for_processes`): Keras'
+    # auto-sharding accepts only a tf.data.Dataset there.
+    return keras.distribution.DataParallel(devices=_devices(devices), auto_shard_dataset=_one_process())
 
 
 def model_parallel(model_parallelism=None, devices=None, batch_axis="batch", model_axis="model"):
@@ -95,7 +103,9 @@ def model_parallel(model_parallelism=None, devices=None, batch_axis="batch", mod
         axis_names=(batch_axis, model_axis),
         devices=devices,
     )
-    return keras.distribution.ModelParallel(layout_map=layout_map(mesh, model_axis), batch_dim_name=batch_axis)
+    distribution = keras.distribution.ModelParallel(layout_map=layout_map(mesh, model_axis), batch_dim_name=batch_axis)
+    distribution.auto_shard_dataset = _one_process()  # see data_parallel
+    return distribution
 
 
 def tensorflow_strategy(devices=None, tpu=None):
@@ -157,6 +167,9 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
         raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
     backend = keras.backend.backend()
     if backend == "jax":
+        from keras_vit.distribution.processes import initialize_jax_processes
+
+        initialize_jax_processes()  # a multi-process job when Keras' KERAS_DISTRIBUTION_* variables say so
         return data_parallel() if kind == "data" else model_parallel(model_parallelism)
     if backend == "tensorflow":
         if kind == "model":

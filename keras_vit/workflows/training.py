@@ -242,8 +242,11 @@ class EpochCheckpoint(keras.callbacks.Callback):
             self._pending_global_rng = None
 
     def on_epoch_end(self, epoch, logs=None):
-        if not processes.is_chief():
-            return  # process 0 writes the job's checkpoint
+        if not processes.is_chief():  # process 0 writes the job's checkpoint
+            if processes.saving_is_collective():
+                with processes.discarded_directory() as scratch:
+                    self.model.save_weights(os.path.join(scratch, CHECKPOINT_WEIGHTS))
+            return
         if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
             return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
         state = {
@@ -330,6 +333,8 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
 
     chief = processes.is_chief()
     processes.shard_for_processes(data)
+    if validation_data is not None and hasattr(validation_data, "shard"):
+        processes.shard_for_processes(validation_data)
     verbose = verbose if chief else 0
     all_callbacks = [EpochSync(data), keras.callbacks.TerminateOnNaN(), *callbacks]
     initial_epoch = 0
@@ -369,6 +374,9 @@ def save_model(model, path):
     In a job of several processes only process 0 writes (the others return).
     """
     if not processes.is_chief():
+        if processes.saving_is_collective():
+            with processes.discarded_directory() as scratch:
+                model.save(os.path.join(scratch, os.path.basename(path)))
         return
     check_writable(path)
     directory = os.path.dirname(os.path.abspath(path))
