@@ -45,9 +45,18 @@ def add_arguments(parser):
                         "(default: OUTPUT.run beside --output)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split, head and augmentation (default: 0)")
     parser.add_argument("--workers", type=int, default=2, help="image-decoding threads (default: 2)")
+    from keras_vit.commands.train import add_distribute_argument
+
+    add_distribute_argument(parser)
 
 
 def run(args):
+    from keras_vit.commands.train import run_distributed
+
+    return run_distributed(args, lambda distribution: _run(args))
+
+
+def _run(args):
     from keras_vit.data import AugmentPolicy
     from keras_vit.workflows.finetuning import finetune
 

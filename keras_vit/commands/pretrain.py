@@ -36,6 +36,9 @@ def add_arguments(parser):
         "--run-dir", default=None,
         help="checkpoint every epoch here and resume from it when the same command runs again (default: SAVE.run)",
     )
+    from keras_vit.commands.train import add_distribute_argument
+
+    add_distribute_argument(parser)
 
 
 def _folder_images(args):
@@ -67,12 +70,20 @@ def _folder_images(args):
 def run(args):
     import keras
 
-    from keras_vit.commands.train import check_arguments, run_settings
-    from keras_vit.data import load_digits_split
-    from keras_vit.workflows.pretraining import build_digits_predictor, pretrain_predictor
-    from keras_vit.workflows.training import default_run_dir, finish_run, save_model
+    from keras_vit.commands.train import check_arguments, run_distributed
 
     check_arguments(args)
+    return run_distributed(args, lambda distribution: _run(args))
+
+
+def _run(args):
+    import keras
+
+    from keras_vit.data import load_digits_split
+    from keras_vit.workflows.pretraining import build_digits_predictor, pretrain_predictor
+    from keras_vit.commands.train import run_settings
+    from keras_vit.workflows.training import default_run_dir, finish_run, save_model
+
     overrides = {}
     if args.data_dir is not None:
         train, held_out, image_size = _folder_images(args)

@@ -2,6 +2,7 @@
 
 import os
 import sys
+import warnings
 
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.seeds import set_random_seed
@@ -26,18 +27,48 @@ def add_arguments(parser):
         help="checkpoint every epoch here and resume from it when the same command runs again "
         "(default: SAVE.run beside --save; without --save, no checkpoints)",
     )
-    parser.add_argument(
-        "--distribute", choices=("data", "model"), default=None,
-        help="train on every device: 'data' copies the model to each (JAX keras.distribution, or "
-        "TensorFlow MirroredStrategy; TPUStrategy when TPU_NAME is set), 'model' also splits the "
-        "weights over the devices of a host (JAX only). Default: one device",
-    )
+    add_distribute_argument(parser)
     parser.add_argument(
         "--init-from", default=None, metavar="PRETRAINED",
         help="fine-tune the backbone of this .keras file (from `keras-vit pretrain`, or a saved "
         "ViTClassifier or ViTBackbone) instead of starting from random weights; use the same --seed "
         "as the pre-training so its unlabeled images exclude the held-out digits",
     )
+
+
+def add_distribute_argument(parser):
+    parser.add_argument(
+        "--distribute", choices=("data", "model"), default=None,
+        help="train on every device: 'data' copies the model to each (JAX keras.distribution; TensorFlow "
+        "MirroredStrategy, TPUStrategy when TPU_NAME is set; PyTorch: one process per device under torchrun, "
+        "gradients averaged), 'model' also splits the weights over the devices of a host (JAX only). "
+        "--batch-size is the global batch. Default: one device",
+    )
+
+
+def run_distributed(args, body):
+    """`body(distribution)` inside `--distribute`'s distribution, or `body(None)` without the flag.
+
+    In a job of several processes (torchrun), only process 0 prints: the
+    others' standard output is discarded (errors still reach standard error).
+
+    Raises:
+        UsageError: the backend or the launch cannot give that distribution.
+    """
+    if not getattr(args, "distribute", None):
+        return body(None)
+    from keras_vit.commands import UsageError
+    from keras_vit.distribution import distribution_for_backend, processes
+
+    try:
+        distribution = distribution_for_backend(args.distribute, tpu=os.environ.get("TPU_NAME"))
+    except (ValueError, RuntimeError) as error:
+        raise UsageError(str(error)) from None
+    if not processes.is_chief():  # process 0 reports for the job
+        sys.stdout = open(os.devnull, "w")
+        warnings.filterwarnings("ignore")
+    with distribution.scope():
+        return body(distribution)
 
 
 def check_arguments(args):
@@ -65,17 +96,7 @@ def run_settings(args, *names):
 
 def run(args):
     check_arguments(args)
-    if getattr(args, "distribute", None):
-        from keras_vit.distribution import distribution_for_backend
-
-        try:
-            distribution = distribution_for_backend(args.distribute, tpu=os.environ.get("TPU_NAME"))
-        except ValueError as error:
-            print(f"keras-vit train: error: {error}", file=sys.stderr)
-            return 2
-        with distribution.scope():
-            return _run(args, distribution)
-    return _run(args)
+    return run_distributed(args, lambda distribution: _run(args, distribution))
 
 
 def _batch_shards(distribution):

@@ -189,7 +189,54 @@ def stratified_split(labels, validation_split, seed=0):
     return np.sort(np.asarray(train, dtype="int64")), np.sort(np.asarray(validation, dtype="int64"))
 
 
-class ImageFolderDataset(keras.utils.PyDataset):
+class _ShardedRows:
+    """The rows of every global batch that one process of a multi-process job reads.
+
+    `shard = (index, count)` gives process `index` rows
+    `[n * index // count, n * (index + 1) // count)` of each global batch of
+    `n` rows: together the processes read every row of an epoch once.
+    Subclasses have `batch_size` and `__len__`, and `_num_rows()`.
+    """
+
+    # Rows of every batch are cut to a multiple of this: JAX splits each batch evenly over the
+    # batch axis of its device mesh (`processes.shard_for_processes` sets it).
+    batch_multiple = 1
+
+    @property
+    def shard(self):
+        return getattr(self, "_shard", None)
+
+    @shard.setter
+    def shard(self, shard):
+        if shard is None:
+            self._shard = None
+            return
+        index, count = (int(shard[0]), int(shard[1]))
+        if not 0 <= index < count:
+            raise ValueError(f"`shard` must be (index, count) with 0 <= index < count. Received: shard={shard!r}")
+        smallest = min(self.batch_size, self._num_rows() - (len(self) - 1) * self.batch_size)
+        if smallest < count:
+            raise ValueError(
+                f"A batch of {smallest} rows cannot feed {count} processes: every process needs at least one "
+                f"row of every batch. Use a batch size of at least {count}, with a last batch of at least "
+                f"{count} rows. Received: batch_size={self.batch_size}, {self._num_rows()} rows.")
+        self._shard = (index, count)
+
+    def __len__(self):
+        full, last = divmod(self._num_rows(), self.batch_size)
+        return full + (last - last % self.batch_multiple > 0)
+
+    def rows(self, index):
+        """`(first, stop)`: the rows of global batch `index` this dataset reads (all of them without `shard`)."""
+        size = min(self.batch_size, self._num_rows() - index * self.batch_size)
+        size -= size % self.batch_multiple
+        if self.shard is None:
+            return 0, size
+        shard, count = self._shard
+        return size * shard // count, size * (shard + 1) // count
+
+
+class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
     """Batches of `(images, labels)` read from files, for `fit` on any backend.
 
     Batch `b` of epoch `e` depends only on `(seed, e, b)`: the file order
@@ -252,20 +299,10 @@ class ImageFolderDataset(keras.utils.PyDataset):
         self.epoch = 0
         if self.augment is not None and self.augment.mixes_labels and self.labels is not None and not num_classes:
             raise ValueError("MixUp / CutMix need `num_classes` to make one-hot labels.")
-        self.shard = None if shard is None else (int(shard[0]), int(shard[1]))
-        if self.shard is not None:
-            index, count = self.shard
-            if not 0 <= index < count:
-                raise ValueError(f"`shard` must be (index, count) with 0 <= index < count. Received: shard={shard!r}")
-            smallest = min(batch_size, len(self.paths) - (len(self) - 1) * batch_size)
-            if smallest < count:
-                raise ValueError(
-                    f"A batch of {smallest} images cannot feed {count} processes: every process needs at least one "
-                    f"image of every batch. Use a batch size of at least {count}, with a last batch of at least "
-                    f"{count} images. Received: batch_size={batch_size}, {len(self.paths)} images.")
+        self.shard = shard
 
-    def __len__(self):
-        return math.ceil(len(self.paths) / self.batch_size)
+    def _num_rows(self):
+        return len(self.paths)
 
     def set_epoch(self, epoch):
         """Select the epoch whose order and augmentation the batches follow."""
@@ -277,14 +314,6 @@ class ImageFolderDataset(keras.utils.PyDataset):
             return np.arange(len(self.paths))
         epoch = self.epoch if epoch is None else epoch
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.paths))
-
-    def rows(self, index):
-        """`(first, stop)`: the rows of global batch `index` this dataset reads (all of them without `shard`)."""
-        size = min(self.batch_size, len(self.paths) - index * self.batch_size)
-        if self.shard is None:
-            return 0, size
-        shard, count = self.shard
-        return size * shard // count, size * (shard + 1) // count
 
     def __getitem__(self, index):
         if not 0 <= index < len(self):
@@ -334,7 +363,7 @@ class EpochSync(keras.callbacks.Callback):
             dataset.set_epoch(epoch)
 
 
-class ArrayBatches(keras.utils.PyDataset):
+class ArrayBatches(_ShardedRows, keras.utils.PyDataset):
     """In-memory arrays in batches whose order depends only on `(seed, epoch)`.
 
     The resumable counterpart of `fit(x, y, shuffle=True)` (whose shuffling
@@ -347,16 +376,20 @@ class ArrayBatches(keras.utils.PyDataset):
         batch_size: int.
         seed: int. Defaults to `0`.
         shuffle: bool. Defaults to `True`.
+        shard: `(index, count)` or `None`. Return only process `index`'s
+            rows of every global batch of `batch_size` rows (see
+            `ImageFolderDataset`). Defaults to `None` (every row).
     """
 
-    def __init__(self, x, y=None, batch_size=32, seed=0, shuffle=True):
+    def __init__(self, x, y=None, batch_size=32, seed=0, shuffle=True, shard=None):
         super().__init__()
         self.x, self.y = x, y
         self.batch_size, self.seed, self.shuffle = batch_size, int(seed), shuffle
         self.epoch = 0
+        self.shard = shard
 
-    def __len__(self):
-        return math.ceil(len(self.x) / self.batch_size)
+    def _num_rows(self):
+        return len(self.x)
 
     def set_epoch(self, epoch):
         self.epoch = int(epoch)
@@ -366,7 +399,8 @@ class ArrayBatches(keras.utils.PyDataset):
             raise IndexError(f"batch {index} of {len(self)}")
         order = (np.random.default_rng([self.seed, self.epoch]).permutation(len(self.x)) if self.shuffle
                  else np.arange(len(self.x)))
-        chosen = order[index * self.batch_size:(index + 1) * self.batch_size]
+        first, stop = self.rows(index)
+        chosen = order[index * self.batch_size + first:index * self.batch_size + stop]
         if self.y is None:
             return self.x[chosen]
         return self.x[chosen], self.y[chosen]

@@ -4,8 +4,11 @@ On JAX, `keras.distribution`: `data_parallel()` replicates the model and
 splits batches; `model_parallel()` also splits every large weight over a
 mesh axis with the Megatron-style `layout_map()`. On TensorFlow,
 `tensorflow_strategy()` returns a `MirroredStrategy` (or a `TPUStrategy`)
-for the same `model.fit` code. `unsharded_weights()` and `layout_errors()`
-check a layout map against a model before any memory is spent on it.
+for the same `model.fit` code. On PyTorch, `torch_processes` trains one
+process per device under `torchrun`, averaging gradients across processes.
+`processes` tells any workflow which process of a job it runs in.
+`unsharded_weights()` and `layout_errors()` check a layout map against a
+model before any memory is spent on it.
 """
 
 from keras_vit.distribution.layout import (

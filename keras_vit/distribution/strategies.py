@@ -24,6 +24,12 @@ def _devices(devices):
     return devices
 
 
+def _one_process():
+    import jax
+
+    return jax.process_count() == 1
+
+
 def data_parallel(devices=None):
     """A `keras.distribution.DataParallel` over the devices at hand (JAX).
 
@@ -44,7 +50,9 @@ def data_parallel(devices=None):
     _require_backend(
         "jax", "keras.distribution", "On TensorFlow use `keras_vit.distribution.tensorflow_strategy()`."
     )
-    return keras.distribution.DataParallel(devices=_devices(devices))
+    # Across processes each one feeds its own rows (`processes.shard_for_processes`): Keras'
+    # auto-sharding accepts only a tf.data.Dataset there.
+    return keras.distribution.DataParallel(devices=_devices(devices), auto_shard_dataset=_one_process())
 
 
 def model_parallel(model_parallelism=None, devices=None, batch_axis="batch", model_axis="model"):
@@ -95,7 +103,9 @@ def model_parallel(model_parallelism=None, devices=None, batch_axis="batch", mod
         axis_names=(batch_axis, model_axis),
         devices=devices,
     )
-    return keras.distribution.ModelParallel(layout_map=layout_map(mesh, model_axis), batch_dim_name=batch_axis)
+    distribution = keras.distribution.ModelParallel(layout_map=layout_map(mesh, model_axis), batch_dim_name=batch_axis)
+    distribution.auto_shard_dataset = _one_process()  # see data_parallel
+    return distribution
 
 
 def tensorflow_strategy(devices=None, tpu=None):
@@ -138,8 +148,10 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
 
     JAX: `data_parallel()` or `model_parallel(model_parallelism)`.
     TensorFlow: `tensorflow_strategy(tpu=tpu)` for `"data"`; model
-    parallelism is JAX-only. PyTorch: Keras' `fit` has no multi-device
-    engine, so this raises and points to DistributedDataParallel.
+    parallelism is JAX-only. PyTorch: `"data"` joins the processes of a
+    `torchrun` job (`torch_processes.TorchDataParallel`; one process per
+    device, gradients averaged across them); outside `torchrun` it raises
+    with the command to use.
 
     Args:
         kind: str. `"data"` or `"model"`.
@@ -155,6 +167,9 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
         raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
     backend = keras.backend.backend()
     if backend == "jax":
+        from keras_vit.distribution.processes import initialize_jax_processes
+
+        initialize_jax_processes()  # a multi-process job when Keras' KERAS_DISTRIBUTION_* variables say so
         return data_parallel() if kind == "data" else model_parallel(model_parallelism)
     if backend == "tensorflow":
         if kind == "model":
@@ -164,10 +179,18 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
                 "(MirroredStrategy, or TPUStrategy with a TPU). Received: kind='model', backend='tensorflow'"
             )
         return tensorflow_strategy(tpu=tpu)
-    raise ValueError(
-        f"Keras' `fit` on the {backend} backend runs on one device: keras.distribution supports JAX and "
-        "tf.distribute supports TensorFlow. Use KERAS_BACKEND=jax (data or model parallel) or "
-        "KERAS_BACKEND=tensorflow (data parallel); for several GPUs with PyTorch, wrap the model in "
-        "torch.nn.parallel.DistributedDataParallel in your own training loop under torchrun "
-        f"(README, 'Scale-out'). Received: kind={kind!r}, backend={backend!r}"
-    )
+    if kind == "model":
+        raise ValueError(
+            "Model parallelism (weights split across devices) runs on JAX through keras.distribution: set "
+            "KERAS_BACKEND=jax. On PyTorch use kind='data' under torchrun (one process per device). "
+            f"Received: kind='model', backend={backend!r}"
+        )
+    from keras_vit.distribution.torch_processes import TorchDataParallel, launched_by_torchrun
+
+    if not launched_by_torchrun():
+        raise ValueError(
+            "Data parallelism on PyTorch runs one process per device, started by torchrun: "
+            "`torchrun --nproc_per_node=N -m keras_vit COMMAND ... --distribute data` (docs/scale-out.md). "
+            "This process was not started by torchrun (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset)."
+        )
+    return TorchDataParallel()

@@ -16,6 +16,7 @@ import warnings
 import keras
 import numpy as np
 
+from keras_vit.distribution import processes
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import check_not_nested, check_replaceable, quote
 from keras_vit.utils.seeds import set_random_seed
@@ -343,8 +344,11 @@ def finetune(
     if validation is not None:
         scores = model.evaluate(validation, verbose=0, return_dict=True)
         accuracy, held_out_loss = float(scores["accuracy"]), float(scores["loss"])
-    if output is not None:
-        model.save_to_preset(output, class_names=class_names)  # swapped into place whole
+    if output is not None and processes.is_chief():  # one writer in a job of several processes
+        model.save_to_preset(output, class_names=class_names)
+    elif output is not None and processes.saving_is_collective():
+        with processes.discarded_directory() as scratch:
+            model.save_to_preset(os.path.join(scratch, "preset"), class_names=class_names)  # swapped into place whole
     finish_run(run_dir)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": accuracy, "loss": held_out_loss, "model": model, "class_names": class_names,

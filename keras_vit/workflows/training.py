@@ -11,6 +11,7 @@ import time
 import keras
 import numpy as np
 
+from keras_vit.distribution import processes
 from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
 from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.utils import atomic_directory, atomic_write, check_writable
@@ -172,7 +173,7 @@ def finish_run(run_dir):
     the saving of the model resumes with every epoch done instead of
     training again from the start.
     """
-    if run_dir is not None and read_marker(run_dir)[0] == RUN_KIND:
+    if run_dir is not None and processes.is_chief() and read_marker(run_dir)[0] == RUN_KIND:
         shutil.rmtree(os.path.join(run_dir, BACKUP_DIR), ignore_errors=True)
 
 
@@ -241,6 +242,11 @@ class EpochCheckpoint(keras.callbacks.Callback):
             self._pending_global_rng = None
 
     def on_epoch_end(self, epoch, logs=None):
+        if not processes.is_chief():  # process 0 writes the job's checkpoint
+            if processes.saving_is_collective():
+                with processes.discarded_directory() as scratch:
+                    self.model.save_weights(os.path.join(scratch, CHECKPOINT_WEIGHTS))
+            return
         if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
             return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
         state = {
@@ -254,6 +260,23 @@ class EpochCheckpoint(keras.callbacks.Callback):
             self.model.save_weights(os.path.join(staging, CHECKPOINT_WEIGHTS))
             with open(os.path.join(staging, CHECKPOINT_STATE), "w") as file:
                 json.dump(state, file)
+
+
+def _restore_for_job(checkpoint, model):
+    """`checkpoint.restore(model)` for a job of one or many processes; the epochs done.
+
+    On PyTorch with several processes, process 0 reads the checkpoint and
+    `torch_processes.data_parallel` then copies its weights and optimizer
+    state to the others, so the run directory need not be shared; the epoch
+    count and the random-generator state travel with `broadcast_json`.
+    Elsewhere every process reads the (shared) run directory.
+    """
+    if processes.process_count() == 1 or keras.backend.backend() != "torch":
+        return checkpoint.restore(model)
+    epochs = checkpoint.restore(model) if processes.is_chief() else 0
+    state = processes.broadcast_json({"epochs": epochs, "rng": getattr(checkpoint, "_pending_global_rng", None)})
+    checkpoint._pending_global_rng = state["rng"]
+    return state["epochs"]
 
 
 def _trim_log(path, epochs_done):
@@ -283,6 +306,13 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     `ArrayBatches`) are told each epoch, so the resumed batches equal the
     uninterrupted run's.
 
+    In a job of several processes (`keras_vit.distribution.processes`), each
+    process trains on its share of every global batch (the dataset is
+    sharded here), process 0 alone prints progress and writes the backup and
+    the log, and on PyTorch the gradients are averaged across processes
+    (`torch_processes.data_parallel`). A rerun after any process was killed
+    resumes every process from process 0's backup.
+
     Args:
         model: a compiled `keras.Model`.
         data: a `keras.utils.PyDataset` (or anything `fit` takes as `x`).
@@ -301,20 +331,33 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     """
     from keras_vit.data.image_folder import EpochSync
 
+    chief = processes.is_chief()
+    processes.shard_for_processes(data)
+    if validation_data is not None and hasattr(validation_data, "shard"):
+        processes.shard_for_processes(validation_data)
+    verbose = verbose if chief else 0
     all_callbacks = [EpochSync(data), keras.callbacks.TerminateOnNaN(), *callbacks]
     initial_epoch = 0
     if run_dir is not None:
         check_run_dir(run_dir)
-        os.makedirs(run_dir, exist_ok=True)
-        mark_directory(run_dir, RUN_KIND, [BACKUP_DIR, LOG_FILE])
+        if chief:
+            os.makedirs(run_dir, exist_ok=True)
+            mark_directory(run_dir, RUN_KIND, [BACKUP_DIR, LOG_FILE])
         checkpoint = EpochCheckpoint(os.path.join(run_dir, BACKUP_DIR), settings)
-        initial_epoch = checkpoint.restore(model)
+        initial_epoch = _restore_for_job(checkpoint, model)
         log_path = os.path.join(run_dir, LOG_FILE)
-        if initial_epoch:
+        if initial_epoch and chief:
             _trim_log(log_path, initial_epoch)
             if verbose:
                 print(f"Resuming from the checkpoint in {quote(run_dir)}: {initial_epoch} of {epochs} epochs done.")
-        all_callbacks += [checkpoint, keras.callbacks.CSVLogger(log_path, append=initial_epoch > 0)]
+        all_callbacks.append(checkpoint)
+        if chief:
+            all_callbacks.append(keras.callbacks.CSVLogger(log_path, append=initial_epoch > 0))
+    if processes.process_count() > 1 and keras.backend.backend() == "torch":
+        from keras_vit.distribution import torch_processes
+
+        # First: the checkpoint and the log then hold the job's averages.
+        all_callbacks.insert(0, torch_processes.data_parallel(model))
     # shuffle=False: the datasets shuffle themselves by (seed, epoch); Keras'
     # own shuffling of batch order draws from Python's global `random`, whose
     # state a checkpoint does not hold.
@@ -326,7 +369,15 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
 
 
 def save_model(model, path):
-    """`model.save(path)` through a temporary name, so a kill leaves the old file or the new one."""
+    """`model.save(path)` through a temporary name, so a kill leaves the old file or the new one.
+
+    In a job of several processes only process 0 writes (the others return).
+    """
+    if not processes.is_chief():
+        if processes.saving_is_collective():
+            with processes.discarded_directory() as scratch:
+                model.save(os.path.join(scratch, os.path.basename(path)))
+        return
     check_writable(path)
     directory = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".keras", dir=directory)

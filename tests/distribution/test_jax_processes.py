@@ -90,3 +90,77 @@ def test_two_processes_train_what_one_process_trains(mode, tmp_path):
     for name in one:
         np.testing.assert_allclose(two[name], one[name], atol=1e-5, rtol=0, err_msg=name)
     assert not np.allclose(one["losses"][0], one["losses"][1])  # it trained
+
+
+def _finetune_processes(folder, pretrained, output, count, port):
+    """`keras-vit finetune --distribute data` as `count` processes of one JAX job (Keras' environment variables)."""
+    command = [sys.executable, "-m", "keras_vit", "finetune", folder, "--preset", pretrained, "--epochs", "6",
+               "--batch-size", "8", "--recipe", "adamw", "--validation-split", "0.25", "--workers", "1",
+               "--output", output, "--distribute", "data"]
+    children = []
+    for index in range(count):
+        env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
+               "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+               "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}",
+               "KERAS_DISTRIBUTION_NUM_PROCESSES": str(count), "KERAS_DISTRIBUTION_PROCESS_ID": str(index)}
+        children.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                         env=env, cwd=ROOT))
+    return children
+
+
+def _finish(children, timeout=TIMEOUT):
+    try:
+        return [child.communicate(timeout=timeout)[0] for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def _epochs_done(run_dir):
+    import json
+
+    try:
+        with open(os.path.join(run_dir, "backup", "state.json")) as file:
+            return json.load(file)["epoch"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+@pytest.mark.slow  # three 2-process jobs: about 45 s on 2 cores
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
+def test_a_killed_worker_resumes_through_the_command_line(tmp_path):
+    import time
+
+    import keras_vit
+    from tests.finetune.helpers import tiny_backbone_file
+
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=12, size=(10, 12))
+    pretrained = str(tmp_path / "pretrained.keras")
+    tiny_backbone_file(pretrained, image_size=8, dropout=0.0)
+
+    logs = _finish(_finetune_processes(folder, pretrained, str(tmp_path / "whole"), 2, free_port()))
+    assert logs[0].count("Epoch 6/6") == 1 and "Epoch 6/6" not in logs[1], logs[0][-3000:]  # process 0 prints
+
+    output, run_dir = str(tmp_path / "killed"), str(tmp_path / "killed.run")
+    children = _finetune_processes(folder, pretrained, output, 2, free_port())
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while _epochs_done(run_dir) < 2 and all(c.poll() is None for c in children) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        children[1].kill()  # a worker, not the chief; then the job is gone, as its launcher would end it
+        time.sleep(1)
+        children[0].kill()
+    finally:
+        _finish(children, timeout=30)
+    done = _epochs_done(run_dir)
+    assert not os.path.exists(output) and 2 <= done < 6
+
+    logs = _finish(_finetune_processes(folder, pretrained, output, 2, free_port()))
+    assert f"Resuming from the checkpoint in {run_dir}: {done} of 6 epochs done." in logs[0], logs[0][-3000:]
+    whole = keras_vit.ViTClassifier.from_preset(str(tmp_path / "whole"))
+    resumed = keras_vit.ViTClassifier.from_preset(output)
+    for expected, actual in zip(whole.weights, resumed.weights):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(actual.value), keras.ops.convert_to_numpy(expected.value),
+                                   atol=1e-5, rtol=0, err_msg=expected.path)

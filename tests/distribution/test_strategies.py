@@ -14,6 +14,7 @@ import keras
 import pytest
 
 from keras_vit import distribution as vit_distribution
+from keras_vit.cli import main
 from keras_vit.commands import train as train_command
 
 BACKEND = keras.backend.backend()
@@ -62,12 +63,16 @@ def test_tensorflow_helpers():
         vit_distribution.data_parallel()
 
 
-@pytest.mark.skipif(BACKEND != "torch", reason="the PyTorch backend is the one without a fit-level engine")
-@pytest.mark.parametrize("kind", ["data", "model"])
-def test_torch_explains_what_to_do_instead(kind):
-    with pytest.raises(ValueError, match="DistributedDataParallel") as info:
-        vit_distribution.distribution_for_backend(kind)
-    assert "KERAS_BACKEND=jax" in str(info.value) and "backend='torch'" in str(info.value)
+@pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's data parallelism is one process per device")
+def test_torch_explains_what_to_do_instead(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="torchrun --nproc_per_node=N -m keras_vit") as info:
+        vit_distribution.distribution_for_backend("data")
+    assert "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset" in str(info.value)
+    with pytest.raises(ValueError, match="KERAS_BACKEND=jax") as info:
+        vit_distribution.distribution_for_backend("model")
+    assert "backend='torch'" in str(info.value)
     with pytest.raises(ValueError, match="KERAS_BACKEND=jax"):
         vit_distribution.model_parallel()
 
@@ -92,7 +97,9 @@ def _fake_training(monkeypatch, record):
 def test_train_command_wires_the_distribution(kind, monkeypatch, capsys):
     record = {}
     _fake_training(monkeypatch, record)
-    status = train_command.run(_parse("--distribute", kind, "--epochs", "1"))
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)  # not under torchrun
+    status = main(["train", "--distribute", kind, "--epochs", "1"])
     output = capsys.readouterr()
     if BACKEND == "jax":
         assert status == 0, output.err
@@ -109,9 +116,10 @@ def test_train_command_wires_the_distribution(kind, monkeypatch, capsys):
         assert isinstance(record["strategy"], tf.distribute.MirroredStrategy)
         assert type(record["model"].weights[0].value).__name__ == "MirroredVariable"
         assert "MirroredStrategy with" in output.out
-    else:
+    else:  # model parallel off JAX; PyTorch outside torchrun
         assert status == 2
-        assert "keras-vit train: error:" in output.err and "KERAS_BACKEND=jax" in output.err
+        expected = "torchrun --nproc_per_node=N" if (BACKEND, kind) == ("torch", "data") else "KERAS_BACKEND=jax"
+        assert "keras-vit train: error:" in output.err and expected in output.err
         assert "model" not in record
 
 

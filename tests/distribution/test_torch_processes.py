@@ -1,0 +1,167 @@
+"""Two real PyTorch processes under torchrun train what one process trains; a killed worker resumes.
+
+`torchrun --nproc_per_node=2` (gloo, CPU, 127.0.0.1 and a free port) starts
+two processes. Each reads its rows of every global batch and
+`torch_processes.data_parallel` averages the gradients, weighted by rows:
+losses and final weights must equal one process on the global batch within
+1e-5. Through the command line, `keras-vit finetune --distribute data` is
+killed in a worker (rank 1, not the chief) after its second epoch checkpoint;
+the same command then resumes both processes from process 0's checkpoint and
+ends with the weights of an uninterrupted two-process run. Every launch is
+bounded by a timeout and its whole process group is killed by the test, pass
+or fail.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from tests.finetune.helpers import tiny_backbone_file, write_folder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_processes_worker.py")
+TIMEOUT = 240
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(keras.backend.backend() != "torch", reason="torchrun and torch.distributed: PyTorch only"),
+]
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def environment():
+    return {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "torch", "TF_CPP_MIN_LOG_LEVEL": "3",
+            "OMP_NUM_THREADS": "1"}
+
+
+def torchrun(arguments, processes=2):
+    """The command that starts `processes` local processes of `arguments` (a script or `-m module ...`)."""
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
+            "--master_addr=127.0.0.1", f"--master_port={free_port()}", *arguments]
+
+
+def start(command):
+    # A session of its own: the test kills torchrun and every worker it started.
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=environment(), cwd=ROOT, start_new_session=True)
+
+
+def stop(child):
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def run(command):
+    child = start(command)
+    try:
+        log = child.communicate(timeout=TIMEOUT)[0]
+    finally:
+        stop(child)
+    assert child.returncode == 0, log[-4000:]
+    return log
+
+
+def test_two_processes_train_what_one_process_trains(tmp_path):
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=7, size=(10, 12))
+    run([sys.executable, WORKER, folder, str(tmp_path / "one.npz")])
+    log = run(torchrun([WORKER, folder, str(tmp_path / "two.npz")]))
+    assert "process 1 of 2" in log and "process 0 of 2" in log
+    with np.load(tmp_path / "one.npz") as one, np.load(tmp_path / "two.npz") as two:
+        assert set(one.files) == set(two.files) and len(one["losses"]) == 2
+        # The workers start from different seeds: equal weights mean process 0's were copied, and
+        # equal steps mean the gradients were averaged over both halves of every batch.
+        np.testing.assert_allclose(two["losses"], one["losses"], atol=1e-5, rtol=0)
+        for name in one.files:
+            np.testing.assert_allclose(two[name], one[name], atol=1e-5, rtol=0, err_msg=name)
+        assert not np.allclose(one["losses"][0], one["losses"][1])  # it trained
+
+
+def _workers(torchrun_pid):
+    """`{rank: pid}` of the processes torchrun started (read from their environment)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as file:
+                parent = int(file.read().rsplit(")", 1)[1].split()[1])
+            if parent != torchrun_pid:
+                continue
+            with open(f"/proc/{name}/environ", "rb") as file:
+                variables = dict(item.split(b"=", 1) for item in file.read().split(b"\0") if b"=" in item)
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"RANK" in variables:
+            found[int(variables[b"RANK"])] = int(name)
+    return found
+
+
+def _epochs_done(run_dir):
+    import json
+
+    try:
+        with open(os.path.join(run_dir, "backup", "state.json")) as file:
+            return json.load(file)["epoch"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _weights(preset):
+    import keras_vit
+
+    model = keras_vit.ViTClassifier.from_preset(preset)
+    return {weight.path: keras.ops.convert_to_numpy(weight.value) for weight in model.weights}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers through /proc")
+def test_a_killed_worker_resumes_from_the_chiefs_checkpoint(tmp_path):
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=12, size=(10, 12))
+    pretrained = str(tmp_path / "pretrained.keras")
+    tiny_backbone_file(pretrained, image_size=8, dropout=0.0)
+
+    def finetune(output):
+        return torchrun(["-m", "keras_vit", "finetune", folder, "--preset", pretrained, "--epochs", "6",
+                         "--batch-size", "6", "--recipe", "adamw", "--validation-split", "0.25", "--workers", "1",
+                         "--output", output, "--distribute", "data"])
+
+    log = run(finetune(str(tmp_path / "whole")))
+    assert log.count("Epoch 6/6") == 1  # only process 0 prints
+    whole = _weights(str(tmp_path / "whole"))
+
+    output, run_dir = str(tmp_path / "killed"), str(tmp_path / "killed.run")
+    child = start(finetune(output))
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while _epochs_done(run_dir) < 2 and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        workers = _workers(child.pid)
+        assert set(workers) == {0, 1}, child.communicate(timeout=30)[0][-4000:]
+        os.kill(workers[1], signal.SIGKILL)  # a worker, not the chief
+        log = child.communicate(timeout=TIMEOUT)[0]
+    finally:
+        stop(child)
+    done = _epochs_done(run_dir)
+    assert child.returncode != 0 and not os.path.exists(output), log[-4000:]
+    assert 2 <= done < 6  # killed mid-run: some epochs are in the checkpoint, not all
+
+    log = run(finetune(output))
+    assert f"Resuming from the checkpoint in {run_dir}: {done} of 6 epochs done." in log, log[-4000:]
+    resumed = _weights(output)
+    assert set(resumed) == set(whole)
+    for name in whole:
+        np.testing.assert_allclose(resumed[name], whole[name], atol=1e-5, rtol=0, err_msg=name)
+    with open(os.path.join(run_dir, "log.csv")) as file:
+        assert [row.split(",")[0] for row in file.read().split()[1:]] == [str(e) for e in range(6)]
