@@ -148,23 +148,16 @@ def save_model_file(model, path, weights_only=False):
 def _load_source(args, image_size, overrides):
     """A model from a checkpoint, or from a `.keras` file (checked first: Keras calls a truncated one
     "File not found")."""
-    import os
-
     from keras_vit.convert import load_checkpoint
-    from keras_vit.utils.checks import check_keras_file
+    from keras_vit.convert.formats import is_keras_file, load_keras_file
 
-    if args.source.lower().endswith(".keras") and not os.path.isdir(args.source):
-        import keras
-
-        import keras_vit.models  # noqa: F401  (registers the classes the file names)
-
-        check_keras_file(args.source)
+    if is_keras_file(args.source):
         if image_size is not None or args.no_head or overrides:
             from keras_vit.commands import UsageError
 
             raise UsageError("--image-size, --no-head, --num-heads and --logits apply to checkpoints; a .keras "
                              "source is converted as it is.")
-        return keras.saving.load_model(args.source, safe_mode=True)
+        return load_keras_file(args.source, purpose="convert")
     return load_checkpoint(
         args.source,
         image_size=image_size,

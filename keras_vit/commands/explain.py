@@ -69,14 +69,14 @@ def _check_arguments(args):
 
 
 def _load_model(args):
-    import keras
-
     from keras_vit.inspection import backbone_of
     from keras_vit.models.vit_backbone import ViTBackbone
     from keras_vit.models.vit_classifier import ViTClassifier
 
     if args.model is not None:
-        model = keras.saving.load_model(args.model, compile=False)
+        from keras_vit.convert.formats import load_keras_file
+
+        model = load_keras_file(args.model, purpose="explain")
         backbone_of(model)  # a clear error for a .keras file of another model
         return model
     try:

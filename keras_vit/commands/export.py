@@ -41,13 +41,13 @@ def load_model(handle, backbone=False):
 
     check_model_file(handle)
     if handle.lower().endswith(".keras") and os.path.isfile(handle):
-        import keras
-
+        from keras_vit.convert.formats import load_keras_file
         from keras_vit.models import ViTBackbone, ViTClassifier
 
-        model = keras.saving.load_model(handle, safe_mode=True)
-        if not isinstance(model, (ViTClassifier, ViTBackbone)):
-            raise UsageError(f"{handle} holds a {type(model).__name__}; export takes a ViTClassifier or ViTBackbone.")
+        try:
+            model = load_keras_file(handle, (ViTClassifier, ViTBackbone), "export")
+        except ValueError as error:
+            raise UsageError(str(error)) from None
         if backbone:
             return getattr(model, "backbone", model)
         return model

@@ -19,18 +19,11 @@ def add_arguments(parser):
 
 
 def _load(preset, image_size):
-    import os
-
-    import keras
-
+    from keras_vit.convert.formats import is_keras_file, load_keras_file
     from keras_vit.models import ViTBackbone
 
-    if str(preset).endswith(".keras"):
-        if not os.path.isfile(preset):
-            from keras_vit.commands import UsageError
-
-            raise UsageError(f"No such .keras file: {preset}")
-        model = keras.saving.load_model(preset, compile=False)
+    if is_keras_file(preset):
+        model = load_keras_file(preset, purpose="fewshot")
         if image_size is not None:
             from keras_vit.workflows.finetuning import backbone_at_size
 

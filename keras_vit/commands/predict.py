@@ -22,17 +22,11 @@ def _load_model(handle):
 
     from keras_vit.utils.checks import check_keras_file
 
-    if handle.lower().endswith(".keras") and os.path.isfile(handle):
-        import keras
+    from keras_vit.convert.formats import is_keras_file, load_keras_file
+    from keras_vit.models.vit_classifier import ViTClassifier
 
-        from keras_vit.models.vit_classifier import ViTClassifier
-
-        check_keras_file(handle)
-        model = keras.saving.load_model(handle, safe_mode=True)
-        if not isinstance(model, ViTClassifier):
-            raise ValueError(f"{handle} holds a {type(model).__name__}, not a ViTClassifier; predict needs a "
-                             "classifier.")
-        return model
+    if is_keras_file(handle) and os.path.isfile(handle):
+        return load_keras_file(handle, (ViTClassifier,), "predict")
     if os.path.isdir(handle) and os.path.exists(os.path.join(handle, "model.weights.h5")):
         check_keras_file(os.path.join(handle, "model.weights.h5"))
     from keras_vit.models.vit_classifier import ViTClassifier

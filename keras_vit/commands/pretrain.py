@@ -68,8 +68,6 @@ def _folder_images(args):
 
 
 def run(args):
-    import keras
-
     from keras_vit.commands.train import check_arguments, run_distributed
 
     check_arguments(args)

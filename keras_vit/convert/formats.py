@@ -23,6 +23,54 @@ CONFIG_FILE = "config.json"
 KERAS_VIT_FILES = ("config.json", "model.weights.h5", "metadata.json")
 
 
+KERAS_FILE_SUFFIX = ".keras"
+
+
+def is_keras_file(handle):
+    """True when `handle` names a whole-model `.keras` file (an existing file, not a directory)."""
+    handle = os.fspath(handle)
+    return handle.lower().endswith(KERAS_FILE_SUFFIX) and not os.path.isdir(handle)
+
+
+def load_keras_file(path, kinds=None, purpose="keras_vit"):
+    """A model from a whole-model `.keras` file: the one way every command and workflow reads one.
+
+    The file is checked first (a missing, empty, truncated or non-zip file
+    gets an error naming it; Keras itself calls a truncated file "not
+    found"), then loaded in Keras' safe mode (no Python code from the file
+    runs) without its compile state.
+
+    Args:
+        path: str or path-like. The `.keras` file.
+        kinds: tuple of model classes, or `None` for any. The kinds the
+            caller can use; another kind is refused.
+        purpose: str. Who asks (e.g. `"predict"`), named in the error.
+
+    Returns:
+        The `keras.Model`.
+
+    Raises:
+        ArgumentError: no such file (the caller's input).
+        ValueError: a damaged file, or a model of another kind.
+    """
+    import keras
+
+    import keras_vit.models  # noqa: F401  (registers the classes the file names)
+    from keras_vit.utils.checks import check_keras_file
+    from keras_vit.utils.errors import ArgumentError
+    from keras_vit.utils.files import quote
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ArgumentError(f"No such .keras file: {quote(path)}.")
+    check_keras_file(path)
+    model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    if kinds is not None and not isinstance(model, tuple(kinds)):
+        names = " or ".join(kind.__name__ for kind in kinds)
+        raise ValueError(f"{quote(path)} holds a {type(model).__name__}; {purpose} takes a {names}.")
+    return model
+
+
 def describe_formats():
     """One line per format, for help texts and error messages."""
     return "\n".join(f"- {name}: {text}" for name, text in FORMATS.items())
@@ -90,6 +138,7 @@ def detect_format(path):
         return "npz"
     if lower.endswith(".safetensors"):
         return "timm"
-    if lower.endswith(".keras"):
-        raise ValueError(f"{path} is a whole Keras model; load it with `keras.saving.load_model({path!r})`.")
+    if lower.endswith(KERAS_FILE_SUFFIX):
+        raise ValueError(f"{path} is a whole Keras model, not a checkpoint; load it with "
+                         f"`keras_vit.convert.formats.load_keras_file({path!r})` or `keras.saving.load_model`.")
     raise ValueError(f"Unrecognised checkpoint {path}. keras_vit loads:\n{describe_formats()}")

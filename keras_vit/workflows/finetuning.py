@@ -162,9 +162,9 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
     if str(preset).endswith(".keras"):
         from keras_vit.workflows.pretraining import load_pretrained_backbone
 
-        if not os.path.isfile(preset):
-            raise ArgumentError(f"No such .keras file: {quote(preset)}.")
-        loaded = keras.saving.load_model(preset, compile=False)
+        from keras_vit.convert.formats import load_keras_file
+
+        loaded = load_keras_file(preset, purpose="finetune")
         if isinstance(loaded, ViTClassifier) and (
                 image_size is None or tuple(loaded.backbone.image_size) == to_pair(image_size, "image_size")):
             return loaded.with_head(num_classes)

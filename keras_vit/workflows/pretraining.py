@@ -113,7 +113,9 @@ def load_pretrained_backbone(path):
             "A pre-trained model is read from a `.keras` file, as written by "
             f"`keras-vit pretrain --save`. Received: path={path!r}"
         )
-    model = keras.saving.load_model(path, compile=False)
+    from keras_vit.convert.formats import load_keras_file
+
+    model = load_keras_file(path, (MaskedPatchPredictor, ViTClassifier, ViTBackbone), "a pre-trained backbone")
     if isinstance(model, (MaskedPatchPredictor, ViTClassifier)):
         return model.backbone
     if isinstance(model, ViTBackbone):

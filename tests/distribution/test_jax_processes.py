@@ -9,26 +9,19 @@ is bounded by a timeout and killed by the test, pass or fail.
 """
 
 import os
-import socket
 import subprocess
 import sys
+import time
 
 import keras
 import numpy as np
 import pytest
 
 from keras_vit.data import ImageFolderDataset
+from tests.distribution.jobs import ROOT, TIMEOUT, epochs_done, finish, free_port
 from tests.finetune.helpers import write_folder
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_processes_worker.py")
-TIMEOUT = 240
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def run_job(mode, count, folder, out):
@@ -39,13 +32,7 @@ def run_job(mode, count, folder, out):
     children = [subprocess.Popen([sys.executable, WORKER, mode, str(index), str(count), str(port), folder, out],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
                 for index in range(count)]
-    try:
-        logs = [child.communicate(timeout=TIMEOUT)[0] for child in children]
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+    logs = finish(children)
     for child, log in zip(children, logs):
         assert child.returncode == 0, log[-4000:]
     with np.load(out) as results:
@@ -108,31 +95,13 @@ def _finetune_processes(folder, pretrained, output, count, port):
     return children
 
 
-def _finish(children, timeout=TIMEOUT):
-    try:
-        return [child.communicate(timeout=timeout)[0] for child in children]
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
 
 
-def _epochs_done(run_dir):
-    import json
-
-    try:
-        with open(os.path.join(run_dir, "backup", "state.json")) as file:
-            return json.load(file)["epoch"]
-    except (OSError, ValueError, KeyError):
-        return 0
 
 
 @pytest.mark.slow  # three 2-process jobs: about 45 s on 2 cores
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
 def test_a_killed_worker_resumes_through_the_command_line(tmp_path):
-    import time
-
     import keras_vit
     from tests.finetune.helpers import tiny_backbone_file
 
@@ -140,24 +109,24 @@ def test_a_killed_worker_resumes_through_the_command_line(tmp_path):
     pretrained = str(tmp_path / "pretrained.keras")
     tiny_backbone_file(pretrained, image_size=8, dropout=0.0)
 
-    logs = _finish(_finetune_processes(folder, pretrained, str(tmp_path / "whole"), 2, free_port()))
+    logs = finish(_finetune_processes(folder, pretrained, str(tmp_path / "whole"), 2, free_port()))
     assert logs[0].count("Epoch 6/6") == 1 and "Epoch 6/6" not in logs[1], logs[0][-3000:]  # process 0 prints
 
     output, run_dir = str(tmp_path / "killed"), str(tmp_path / "killed.run")
     children = _finetune_processes(folder, pretrained, output, 2, free_port())
     try:
         deadline = time.monotonic() + TIMEOUT
-        while _epochs_done(run_dir) < 2 and all(c.poll() is None for c in children) and time.monotonic() < deadline:
+        while epochs_done(run_dir) < 2 and all(c.poll() is None for c in children) and time.monotonic() < deadline:
             time.sleep(0.02)
         children[1].kill()  # a worker, not the chief; then the job is gone, as its launcher would end it
         time.sleep(1)
         children[0].kill()
     finally:
-        _finish(children, timeout=30)
-    done = _epochs_done(run_dir)
+        finish(children, timeout=30)
+    done = epochs_done(run_dir)
     assert not os.path.exists(output) and 2 <= done < 6
 
-    logs = _finish(_finetune_processes(folder, pretrained, output, 2, free_port()))
+    logs = finish(_finetune_processes(folder, pretrained, output, 2, free_port()))
     assert f"Resuming from the checkpoint in {run_dir}: {done} of 6 epochs done." in logs[0], logs[0][-3000:]
     whole = keras_vit.ViTClassifier.from_preset(str(tmp_path / "whole"))
     resumed = keras_vit.ViTClassifier.from_preset(output)

@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.distribution.test_jax_processes import ROOT, free_port
+from tests.distribution.jobs import ROOT, finish, free_port
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_workers_worker.py")
 TIMEOUT = 240
@@ -37,13 +37,7 @@ def run_workers(ports, out):
     children = [subprocess.Popen([sys.executable, WORKER, str(index), ",".join(map(str, ports)), out],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
                 for index in range(count)]
-    try:
-        logs = [child.communicate(timeout=TIMEOUT)[0] for child in children]
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+    logs = finish(children, TIMEOUT)
     return [child.returncode for child in children], logs
 
 

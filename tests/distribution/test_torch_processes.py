@@ -14,7 +14,6 @@ or fail.
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,22 +22,16 @@ import keras
 import numpy as np
 import pytest
 
+from tests.distribution.jobs import ROOT, TIMEOUT, epochs_done, free_port
 from tests.finetune.helpers import tiny_backbone_file, write_folder
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_processes_worker.py")
-TIMEOUT = 240
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(keras.backend.backend() != "torch", reason="torchrun and torch.distributed: PyTorch only"),
 ]
 
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def environment():
@@ -109,14 +102,6 @@ def _workers(torchrun_pid):
     return found
 
 
-def _epochs_done(run_dir):
-    import json
-
-    try:
-        with open(os.path.join(run_dir, "backup", "state.json")) as file:
-            return json.load(file)["epoch"]
-    except (OSError, ValueError, KeyError):
-        return 0
 
 
 def _weights(preset):
@@ -145,7 +130,7 @@ def test_a_killed_worker_resumes_from_the_chiefs_checkpoint(tmp_path):
     child = start(finetune(output))
     try:
         deadline = time.monotonic() + TIMEOUT
-        while _epochs_done(run_dir) < 2 and child.poll() is None and time.monotonic() < deadline:
+        while epochs_done(run_dir) < 2 and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         workers = _workers(child.pid)
         assert set(workers) == {0, 1}, child.communicate(timeout=30)[0][-4000:]
@@ -153,7 +138,7 @@ def test_a_killed_worker_resumes_from_the_chiefs_checkpoint(tmp_path):
         log = child.communicate(timeout=TIMEOUT)[0]
     finally:
         stop(child)
-    done = _epochs_done(run_dir)
+    done = epochs_done(run_dir)
     assert child.returncode != 0 and not os.path.exists(output), log[-4000:]
     assert 2 <= done < 6  # killed mid-run: some epochs are in the checkpoint, not all
 
