@@ -243,6 +243,65 @@ class ViTModel:
 
         return presets.load_preset(preset, target=cls, load_weights=load_weights, **kwargs)
 
+    # === Low-rank adaptation ===
+
+    def lora_layers(self):
+        """The Dense layers LoRA adapts: every block's attention `qkv` and projection, MLP `fc1` and `fc2`."""
+        from keras_vit.layers.transformer_block import TransformerBlock
+
+        backbone = getattr(self, "backbone", self)
+        blocks = [layer for layer in backbone._flatten_layers(include_self=False) if isinstance(layer, TransformerBlock)]
+        return [dense for block in blocks for dense in (block.attention.qkv, block.attention.output_projection,
+                                                        block.mlp.fc1, block.mlp.fc2)]
+
+    def enable_lora(self, rank, alpha=None):
+        """Fine-tune low-rank updates of the encoder instead of its weights (LoRA, Hu et al. 2021).
+
+        Keras' own `Dense.enable_lora` adds `A` (in x rank) and `B` (rank x
+        out, starting at zero, so the model is unchanged at first) to every
+        block's attention `qkv` and projection and MLP `fc1` and `fc2`;
+        their output gains `(alpha / rank) * x A B`. Every other weight of
+        the backbone (embeddings, norms, biases, a hybrid stem) is frozen; a
+        classifier's head (and `fc_norm` / `pre_logits`) stays trainable.
+
+        Saving merges: `save_to_preset`, `save` and `save_weights` write
+        `kernel + (alpha / rank) A B` as the kernel and no LoRA weights, so
+        the saved model loads as a plain model, without LoRA.
+
+        Args:
+            rank: int. Rank of the update, e.g. 4 to 16.
+            alpha: float or `None`. Scale numerator; `None` uses `rank`
+                (a scale of 1). Defaults to `None`.
+
+        Example:
+
+        >>> model = keras_vit.ViTClassifier.from_preset("vit_b16_augreg_in21k", num_classes=5)
+        >>> model.enable_lora(8)
+        >>> model.compile(optimizer="adamw", loss="sparse_categorical_crossentropy")
+        """
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
+            raise ValueError(f"`rank` must be a positive int. Received: rank={rank!r}")
+        layers = self.lora_layers()
+        if not layers:
+            raise ValueError(f"This {type(self).__name__} has no transformer block to adapt.")
+        if any(layer.lora_enabled for layer in layers):
+            raise ValueError("LoRA is already enabled on this model; enable it once.")
+        too_large = [layer.name for layer in layers if rank > min(layer.kernel.shape)]
+        if too_large:
+            raise ValueError(f"`rank` must be at most the smallest side of every adapted kernel "
+                             f"({min(min(layer.kernel.shape) for layer in layers)}). Received: rank={rank}")
+        for layer in layers:
+            layer.enable_lora(rank, lora_alpha=alpha)
+        backbone = getattr(self, "backbone", self)
+        for variable in backbone.weights:
+            if not variable.path.rsplit("/", 1)[-1].startswith("lora_kernel"):
+                variable.trainable = False
+
+    @property
+    def lora_enabled(self):
+        """Whether `enable_lora` was called on this model."""
+        return any(layer.lora_enabled for layer in self.lora_layers())
+
     def save_to_preset(self, directory, **metadata):
         """Save as a keras_vit preset: `config.json`, `model.weights.h5`, `metadata.json`.
 
