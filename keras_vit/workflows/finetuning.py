@@ -216,6 +216,7 @@ def finetune(
     callbacks=(),
     verbose=1,
     lora_rank=None,
+    remat=False,
 ):
     """Fine-tune a ViT on a class-per-subfolder image folder.
 
@@ -258,6 +259,9 @@ def finetune(
             every block's attention and MLP and the head, the rest frozen
             (`ViTModel.enable_lora`); the saved preset has them merged and
             loads without LoRA. Defaults to `None` (every weight trains).
+        remat: bool. Recompute each block's activations in the backward
+            pass (`ViTModel.set_remat`): less memory, one more forward
+            pass per step. Defaults to `False`.
 
     Returns:
         A dict: `accuracy` and `loss` on the held-out images (`None`
@@ -306,6 +310,8 @@ def finetune(
                                 seed=seed)
     if lora_rank is not None:
         model.enable_lora(lora_rank)
+    if remat:
+        model.set_remat(True)
     backbone = model.backbone
     train, validation = image_folder_datasets(
         data_dir, tuple(backbone.image_size), num_channels=backbone.num_channels, batch_size=batch_size,

@@ -121,7 +121,7 @@ def test_finetune_with_lora_from_the_command_line(tmp_path, capsys):
     pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
     output = str(tmp_path / "out")
     status = main(["finetune", data, "--preset", pretrained, "--epochs", "2", "--batch-size", "4", "--recipe",
-                   "adamw", "--lora", "2", "--workers", "1", "--output", output])
+                   "adamw", "--lora", "2", "--remat", "--workers", "1", "--output", output])
     captured = capsys.readouterr()
     assert status == 0, captured.err
     assert "LoRA rank 2:" in captured.out
