@@ -45,6 +45,12 @@ def add_arguments(parser):
                         "(default: OUTPUT.run beside --output)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split, head and augmentation (default: 0)")
     parser.add_argument("--workers", type=int, default=2, help="image-decoding threads (default: 2)")
+    parser.add_argument("--lora", dest="lora_rank", type=int, default=None, metavar="RANK",
+                        help="train rank-RANK LoRA updates of every block's attention and MLP (and the head) instead "
+                        "of every weight; the saved preset has them merged and loads without LoRA (default: off)")
+    parser.add_argument("--remat", action="store_true",
+                        help="recompute each block's activations in the backward pass: less memory for large "
+                        "variants, one more forward pass per step (needs a model without dropout or drop path)")
     from keras_vit.commands.train import add_distribute_argument
 
     add_distribute_argument(parser)
@@ -75,7 +81,7 @@ def _run(args):
         weight_decay=args.weight_decay, effective_batch_size=effective, validation_dir=args.validation_dir,
         validation_split=args.validation_split, augment=augment, output=args.output,
         run_dir=args.run_dir or "auto", seed=args.seed, on_bad_file="skip" if args.skip_bad_files else "error",
-        workers=args.workers,
+        workers=args.workers, lora_rank=args.lora_rank, remat=args.remat,
     )
     if result["accuracy"] is not None:
         print(f"Held-out accuracy: {result['accuracy']:.2%} (loss {result['loss']:.4f}; "

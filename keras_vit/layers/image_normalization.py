@@ -73,6 +73,11 @@ class ImageNormalization(keras.layers.Layer):
 
     def build(self, input_shape):
         self._check(tuple(input_shape))
+        if keras.backend.backend() == "torch":
+            # torch.compile cannot trace numpy attribute access (8 graph breaks per ViT forward,
+            # one per cast): hold the constants as tensors. JAX and TensorFlow fold numpy constants.
+            self._multiplier = ops.convert_to_tensor(self._multiplier)
+            self._offset = ops.convert_to_tensor(self._offset)
         self.built = True
 
     def call(self, images):

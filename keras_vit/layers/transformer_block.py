@@ -113,7 +113,18 @@ class TransformerBlock(keras.layers.Layer):
             branch = drop_path(branch, training=training)
         return inputs + branch
 
+    # Set by `ViTModel.set_remat`: a training-time memory choice, not part of the config.
+    rematerialize = False
+
     def call(self, inputs, training=None, return_attention_scores=False):
+        if self.rematerialize and training and not return_attention_scores:
+            # Keep only the block's input for the backward pass and compute the rest again there.
+            # `training` is closed over as a Python bool: jax.checkpoint would trace it as an
+            # array, and tf.recompute_grad takes no keyword arguments inside a graph.
+            return keras.remat(lambda tokens: self._forward(tokens, True, False))(inputs)
+        return self._forward(inputs, training, return_attention_scores)
+
+    def _forward(self, inputs, training, return_attention_scores):
         attended = self.attention(
             self.norm1(inputs), training=training, return_attention_scores=return_attention_scores
         )

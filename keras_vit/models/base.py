@@ -243,6 +243,107 @@ class ViTModel:
 
         return presets.load_preset(preset, target=cls, load_weights=load_weights, **kwargs)
 
+    # === Low-rank adaptation ===
+
+    def lora_layers(self):
+        """The Dense layers LoRA adapts: every block's attention `qkv` and projection, MLP `fc1` and `fc2`."""
+        from keras_vit.layers.transformer_block import TransformerBlock
+
+        backbone = getattr(self, "backbone", self)
+        blocks = [layer for layer in backbone._flatten_layers(include_self=False) if isinstance(layer, TransformerBlock)]
+        return [dense for block in blocks for dense in (block.attention.qkv, block.attention.output_projection,
+                                                        block.mlp.fc1, block.mlp.fc2)]
+
+    def enable_lora(self, rank, alpha=None):
+        """Fine-tune low-rank updates of the encoder instead of its weights (LoRA, Hu et al. 2021).
+
+        Keras' own `Dense.enable_lora` adds `A` (in x rank) and `B` (rank x
+        out, starting at zero, so the model is unchanged at first) to every
+        block's attention `qkv` and projection and MLP `fc1` and `fc2`;
+        their output gains `(alpha / rank) * x A B`. Every other weight of
+        the backbone (embeddings, norms, biases, a hybrid stem) is frozen; a
+        classifier's head (and `fc_norm` / `pre_logits`) stays trainable.
+
+        Saving merges: `save_to_preset`, `save` and `save_weights` write
+        `kernel + (alpha / rank) A B` as the kernel and no LoRA weights, so
+        the saved model loads as a plain model, without LoRA.
+
+        Args:
+            rank: int. Rank of the update, e.g. 4 to 16.
+            alpha: float or `None`. Scale numerator; `None` uses `rank`
+                (a scale of 1). Defaults to `None`.
+
+        Example:
+
+        >>> model = keras_vit.ViTClassifier.from_preset("vit_b16_augreg_in21k", num_classes=5)
+        >>> model.enable_lora(8)
+        >>> model.compile(optimizer="adamw", loss="sparse_categorical_crossentropy")
+        """
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
+            raise ValueError(f"`rank` must be a positive int. Received: rank={rank!r}")
+        layers = self.lora_layers()
+        if not layers:
+            raise ValueError(f"This {type(self).__name__} has no transformer block to adapt.")
+        if any(layer.lora_enabled for layer in layers):
+            raise ValueError("LoRA is already enabled on this model; enable it once.")
+        too_large = [layer.name for layer in layers if rank > min(layer.kernel.shape)]
+        if too_large:
+            raise ValueError(f"`rank` must be at most the smallest side of every adapted kernel "
+                             f"({min(min(layer.kernel.shape) for layer in layers)}). Received: rank={rank}")
+        for layer in layers:
+            layer.enable_lora(rank, lora_alpha=alpha)
+        backbone = getattr(self, "backbone", self)
+        for variable in backbone.weights:
+            if not variable.path.rsplit("/", 1)[-1].startswith("lora_kernel"):
+                variable.trainable = False
+
+    def set_remat(self, enabled=True):
+        """Recompute each transformer block's activations in the backward pass instead of keeping them.
+
+        Gradient checkpointing, as `timm`'s `set_grad_checkpointing` and
+        Hugging Face's `gradient_checkpointing_enable`: during training
+        only each block's input is kept, and the block runs forward again
+        when its gradients are computed (`keras.remat`: `jax.checkpoint`,
+        `tf.recompute_grad`, `torch.utils.checkpoint`). Memory for
+        activations falls from every intermediate of every block to one
+        tensor per block; a training step does one more forward pass.
+        Inference is unaffected. Not saved with the model; call it before
+        `fit`.
+
+        The blocks must be deterministic in training (`dropout`,
+        `attention_dropout` and `drop_path_rate` 0, the defaults): the
+        recomputation would otherwise draw its own dropout masks (on JAX it
+        cannot draw them at all), so the gradients would not be those of
+        the forward pass.
+
+        Args:
+            enabled: bool. Defaults to `True`.
+
+        Raises:
+            ValueError: a block drops units or paths in training.
+        """
+        from keras_vit.layers.transformer_block import TransformerBlock
+
+        backbone = getattr(self, "backbone", self)
+        blocks = [layer for layer in backbone._flatten_layers(include_self=False) if isinstance(layer, TransformerBlock)]
+        random = sorted({name for block in blocks for name in ("dropout", "attention_dropout", "drop_path")
+                         if getattr(block, name)})
+        if enabled and random:
+            raise ValueError(
+                "Rematerialisation recomputes each block in the backward pass, and these blocks draw random "
+                f"masks in training ({', '.join(random)} > 0): the recomputed pass would not match the forward "
+                "one. Build the model with dropout=0.0, attention_dropout=0.0 and drop_path_rate=0.0 (the "
+                "defaults) to use set_remat, or train without it."
+            )
+        for block in blocks:
+            block.rematerialize = bool(enabled)
+        self.train_function = None  # a compiled step would keep the old choice
+
+    @property
+    def lora_enabled(self):
+        """Whether `enable_lora` was called on this model."""
+        return any(layer.lora_enabled for layer in self.lora_layers())
+
     def save_to_preset(self, directory, **metadata):
         """Save as a keras_vit preset: `config.json`, `model.weights.h5`, `metadata.json`.
 

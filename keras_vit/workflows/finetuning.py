@@ -215,6 +215,8 @@ def finetune(
     workers=2,
     callbacks=(),
     verbose=1,
+    lora_rank=None,
+    remat=False,
 ):
     """Fine-tune a ViT on a class-per-subfolder image folder.
 
@@ -253,6 +255,13 @@ def finetune(
         workers: int. Image-decoding threads. Defaults to `2`.
         callbacks: extra Keras callbacks for `fit`. Defaults to none.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
+        lora_rank: int or `None`. Train rank-`lora_rank` LoRA updates of
+            every block's attention and MLP and the head, the rest frozen
+            (`ViTModel.enable_lora`); the saved preset has them merged and
+            loads without LoRA. Defaults to `None` (every weight trains).
+        remat: bool. Recompute each block's activations in the backward
+            pass (`ViTModel.set_remat`): less memory, one more forward
+            pass per step. Defaults to `False`.
 
     Returns:
         A dict: `accuracy` and `loss` on the held-out images (`None`
@@ -271,6 +280,7 @@ def finetune(
         check_run_dir, check_training_arguments, default_run_dir, finish_run, fit_resumable)
 
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
+    check_positive_integer("lora_rank", lora_rank)
     if recipe not in RECIPES:
         raise ArgumentError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
     if effective_batch_size not in ("recipe", None):
@@ -298,6 +308,10 @@ def finetune(
         raise ValueError(f"{quote(data_dir)} needs at least two class subfolders; found {class_names}.")
     model = load_for_finetuning(len(class_names), preset=preset, variant=variant, image_size=image_size,
                                 seed=seed)
+    if lora_rank is not None:
+        model.enable_lora(lora_rank)
+    if remat:
+        model.set_remat(True)
     backbone = model.backbone
     train, validation = image_folder_datasets(
         data_dir, tuple(backbone.image_size), num_channels=backbone.num_channels, batch_size=batch_size,
@@ -318,7 +332,9 @@ def finetune(
         loss = keras.losses.CategoricalCrossentropy(from_logits=model.activation is None)
     model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"])
     if verbose:
-        print(f"Backend: {keras.backend.backend()}; fine-tuning {model.count_params():,} parameters at "
+        trained = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
+        lora = f" (LoRA rank {lora_rank}: {trained:,} trainable)" if lora_rank else ""
+        print(f"Backend: {keras.backend.backend()}; fine-tuning {model.count_params():,} parameters{lora} at "
               f"{backbone.image_size[0]}x{backbone.image_size[1]} on {len(train.paths)} images of "
               f"{len(class_names)} classes ({len(validation.paths) if validation else 0} held out); recipe "
               f"{recipe}, batch {batch_size}" + (f" x {accumulation} accumulated" if accumulation > 1 else "") + ".")
@@ -327,7 +343,7 @@ def finetune(
         "preset": preset, "variant": variant, "image_size": list(backbone.image_size), "recipe": recipe,
         "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "weight_decay": weight_decay,
         "effective_batch_size": effective_batch_size, "validation_split": validation_split, "seed": seed,
-        "augment": repr(augment), "class_names": class_names,
+        "augment": repr(augment), "class_names": class_names, "lora_rank": lora_rank,
     }
     start = time.perf_counter()
     history, initial_epoch = fit_resumable(model, train, epochs, run_dir=run_dir, settings=settings, keep_backup=True,

@@ -147,6 +147,9 @@ def check_training_arguments(epochs=None, batch_size=None, learning_rate=None, w
 
 CHECKPOINT_WEIGHTS = "checkpoint.weights.h5"
 CHECKPOINT_STATE = "state.json"
+# Keras saves a LoRA Dense's kernel merged with its update and drops A and B: a resumed LoRA run
+# needs them, so the backup keeps them beside the weights (numpy arrays, never pickles).
+CHECKPOINT_LORA = "lora.npz"
 # A run directory holds these, and only these, of ours; each kind is recorded in the
 # directory's ownership marker (keras_vit.utils.files), so a user's directory is never taken.
 RUN_KIND, CHECKPOINT_KIND = "run", "checkpoint"
@@ -181,6 +184,36 @@ def _seed_states(model):
     """The model's random-number states (dropout, drop path, corruption), not part of its weights."""
     weights = {id(variable) for variable in model.weights}
     return [variable for variable in model.variables if id(variable) not in weights]
+
+
+def _lora_layers(model):
+    layers = model.lora_layers() if hasattr(model, "lora_layers") else []
+    return [layer for layer in layers if layer.lora_enabled]
+
+
+def _save_lora(model, path):
+    """Write every LoRA Dense's A and B (Keras' weights file holds only the merged kernel)."""
+    layers = _lora_layers(model)
+    if layers:
+        arrays = {}
+        for index, layer in enumerate(layers):
+            arrays[f"{index}_a"] = keras.ops.convert_to_numpy(layer.lora_kernel_a.value)
+            arrays[f"{index}_b"] = keras.ops.convert_to_numpy(layer.lora_kernel_b.value)
+        np.savez(path, **arrays)
+
+
+def _restore_lora(model, path):
+    """Put A and B back and take their update out of the merged kernel that `load_weights` assigned."""
+    layers = _lora_layers(model)
+    if not layers or not os.path.exists(path):
+        return
+    with np.load(path, allow_pickle=False) as arrays:
+        for index, layer in enumerate(layers):
+            a, b = arrays[f"{index}_a"], arrays[f"{index}_b"]
+            merged = keras.ops.convert_to_numpy(layer._kernel.value).astype("float64")
+            layer._kernel.assign(merged - (layer.lora_alpha / layer.lora_rank) * (a.astype("float64") @ b))
+            layer.lora_kernel_a.assign(a)
+            layer.lora_kernel_b.assign(b)
 
 
 class EpochCheckpoint(keras.callbacks.Callback):
@@ -226,6 +259,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         model.load_weights(os.path.join(self.directory, CHECKPOINT_WEIGHTS))
+        _restore_lora(model, os.path.join(self.directory, CHECKPOINT_LORA))
         seeds = _seed_states(model)
         saved = state.get("seed_states", [])
         if len(saved) == len(seeds):
@@ -258,6 +292,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
         }
         with atomic_directory(self.directory, CHECKPOINT_KIND) as staging:
             self.model.save_weights(os.path.join(staging, CHECKPOINT_WEIGHTS))
+            _save_lora(self.model, os.path.join(staging, CHECKPOINT_LORA))
             with open(os.path.join(staging, CHECKPOINT_STATE), "w") as file:
                 json.dump(state, file)
 

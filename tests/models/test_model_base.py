@@ -192,22 +192,12 @@ def test_decode_predictions_for_any_class_list():
         keras_vit.decode_predictions(scores, ["x", "y"])
 
 
-def test_old_presets_class_names_in_metadata_are_read(tmp_path):
+def test_class_names_given_at_save_name_the_classes(tmp_path):
     model = keras_vit.ViTClassifier(keras_vit.ViTBackbone(**TINY), num_classes=2)
-    model.save_to_preset(tmp_path, note="kept")
-    # A preset written before class names were part of the config.
-    config_path, metadata_path = tmp_path / "config.json", tmp_path / "metadata.json"
-    document = json.loads(config_path.read_text())
-    del document["config"]["class_names"]
-    config_path.write_text(json.dumps(document))
-    metadata = json.loads(metadata_path.read_text())
-    metadata["class_names"] = ["no", "yes"]
-    metadata_path.write_text(json.dumps(metadata))
-    loaded = keras_vit.ViTClassifier.from_preset(str(tmp_path))
-    assert loaded.class_names == ["no", "yes"]
-    # Metadata class names name the classes of a model saved without them.
+    # Metadata class names name the classes of a model saved without them (written into its config).
     model.save_to_preset(tmp_path / "again", class_names=["off", "on"])
     assert keras_vit.ViTClassifier.from_preset(str(tmp_path / "again")).class_names == ["off", "on"]
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["config"]["class_names"] == ["off", "on"]
 
 
 # === Logits or probabilities: one rule ===

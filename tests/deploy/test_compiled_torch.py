@@ -1,0 +1,48 @@
+"""torch.compile: one graph for the forward pass, and jit_compile=True in predict and fit.
+
+(`evaluate` compiles the same forward pass as `predict`; it is left out to
+keep the compile time of this file near half a minute.)
+"""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.utils.seeds import set_random_seed
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch.compile: PyTorch only")
+
+
+def tiny_classifier():
+    set_random_seed(0)
+    return keras_vit.ViTClassifier.from_variant(
+        "ViT-Ti/16", image_size=16, patch_size=8, hidden_dim=32, num_layers=2, num_heads=2, mlp_dim=64,
+        num_classes=3, dropout=0.0)
+
+
+def test_the_forward_pass_compiles_without_a_graph_break():
+    import torch
+
+    model = tiny_classifier()
+    x = torch.from_numpy(np.random.default_rng(0).uniform(0, 255, (2, 16, 16, 3)).astype("float32"))
+    explanation = torch._dynamo.explain(lambda images: model(images, training=False))(x)
+    torch._dynamo.reset()
+    reasons = [str(reason.reason).splitlines()[0] for reason in explanation.break_reasons]
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1, reasons
+
+
+@pytest.mark.slow  # compiling takes ~20 s on 2 cores
+def test_jit_compile_predicts_and_fits_as_eager():
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0, 255, (6, 16, 16, 3)).astype("float32"), rng.integers(0, 3, 6)
+    results = {}
+    for jit in (False, True):
+        model = tiny_classifier()
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy", jit_compile=jit)
+        before = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
+        losses = model.fit(x, y, epochs=2, batch_size=6, shuffle=False, verbose=0).history["loss"]
+        results[jit] = before, losses
+    np.testing.assert_allclose(results[True][0], results[False][0], atol=1e-5)
+    np.testing.assert_allclose(results[True][1], results[False][1], atol=1e-5)
+    assert not np.allclose(*results[True][1])  # it trained
