@@ -28,28 +28,26 @@ def _torch_group():
     return None
 
 
-def process_count():
-    """The number of processes in the job (1 when nothing was initialised)."""
+def _job():
+    """`(index, count)` of this process in its job: torch.distributed's group, JAX's processes, or (0, 1)."""
     group = _torch_group()
     if group is not None:
-        return group.get_world_size()
+        return group.get_rank(), group.get_world_size()
     if keras.backend.backend() == "jax":
         import jax
 
-        return jax.process_count()
-    return 1
+        return jax.process_index(), jax.process_count()
+    return 0, 1
+
+
+def process_count():
+    """The number of processes in the job (1 when nothing was initialised)."""
+    return _job()[1]
 
 
 def process_index():
     """This process's index in the job, `0 <= index < process_count()`."""
-    group = _torch_group()
-    if group is not None:
-        return group.get_rank()
-    if keras.backend.backend() == "jax":
-        import jax
-
-        return jax.process_index()
-    return 0
+    return _job()[0]
 
 
 def is_chief():
