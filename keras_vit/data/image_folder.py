@@ -58,6 +58,26 @@ def check_image_file(path, max_pixels=DEFAULT_MAX_PIXELS):
     return size
 
 
+def _check_class_link(directory, class_dir):
+    """Refuse a class folder that is a link back into the data directory (or to a folder holding it).
+
+    Such a folder would list the data directory's images again under another
+    label: every image trained twice, once with a wrong class. A link to a
+    folder elsewhere (another disk) is fine. Links below a class folder are
+    not followed (`os.walk`), so they cannot loop.
+    """
+    if not os.path.islink(class_dir):
+        return
+    data, target = os.path.realpath(directory), os.path.realpath(class_dir)
+    if target == data or os.path.commonpath([data, target]) in (data, target):
+        raise ValueError(
+            f"The class folder {quote(class_dir)} is a link to {quote(target)}, which "
+            f"{'is inside' if target.startswith(data + os.sep) else 'is or contains'} the data directory "
+            f"{quote(directory)}: its images would be read again under the label {os.path.basename(class_dir)!r}. "
+            "Remove the link, or copy the images it should hold into a real folder."
+        )
+
+
 def index_image_folder(directory, class_names=None, on_bad_file="error", max_pixels=DEFAULT_MAX_PIXELS):
     """List the images of a class-per-subfolder directory, checking each file.
 
@@ -98,6 +118,8 @@ def index_image_folder(directory, class_names=None, on_bad_file="error", max_pix
         missing = [name for name in class_names if name not in found]
         if missing:
             raise ValueError(f"{quote(directory)} has no subfolder for the classes {missing}. Found: {found}")
+    for name in class_names:
+        _check_class_link(directory, os.path.join(directory, name))
     paths, labels = [], []
     for label, name in enumerate(class_names):
         class_dir = os.path.join(directory, name)

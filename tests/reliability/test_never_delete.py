@@ -257,3 +257,22 @@ def test_a_local_directory_named_like_a_registry_preset_is_not_silently_ignored(
         keras_vit.ViTBackbone.from_preset("vit_b16_augreg_in21k")
     assert keras_vit.ViTBackbone.from_preset("./vit_b16_augreg_in21k").hidden_dim == 16
 
+
+
+@one_backend
+def test_a_class_folder_linked_into_the_data_directory_is_refused(tmp_path):
+    from keras_vit.data import index_image_folder
+
+    data = write_folder(str(tmp_path / "photos"), classes=2, per_class=3)
+    os.symlink(data, os.path.join(data, "everything"))  # a third "class": every image again
+    with pytest.raises(ValueError, match=r"everything is a link to .* is or contains the data directory"):
+        index_image_folder(data)
+    os.remove(os.path.join(data, "everything"))
+    os.symlink(os.path.join(data, "class_0"), os.path.join(data, "again"))  # class_0's images as another class
+    with pytest.raises(ValueError, match="is inside the data directory"):
+        index_image_folder(data)
+    os.remove(os.path.join(data, "again"))
+    elsewhere = write_folder(str(tmp_path / "elsewhere"), classes=1, per_class=2)
+    os.symlink(os.path.join(elsewhere, "class_0"), os.path.join(data, "class_2"))  # a class kept on another disk
+    paths, labels, names = index_image_folder(data)
+    assert names == ["class_0", "class_1", "class_2"] and list(labels).count(2) == 2
