@@ -50,6 +50,9 @@ def main(argv=None):
     parser.add_argument("--impl", choices=("timm", "hf"), required=True)
     parser.add_argument("--autocast-bfloat16", action="store_true",
                         help="run forward and loss under torch.autocast('cpu', bfloat16), as AMP users do")
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="wrap the model in torch.compile (default mode), as timm's train and "
+                             "benchmark scripts do with --torchcompile; the first call includes compiling")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
@@ -68,22 +71,25 @@ def main(argv=None):
 
     torch.manual_seed(0)
     model = build(args.impl, args.variant).to(device)
+    # The module keeps its parameters; only its calls go through dynamo.
+    runner = torch.compile(model) if args.torch_compile else model
     if args.impl == "hf":
         import transformers
 
         version = transformers.__version__
-        call = lambda x: model(pixel_values=x).logits  # noqa: E731
+        call = lambda x: runner(pixel_values=x).logits  # noqa: E731
     else:
         import timm
 
         version = timm.__version__
-        call = model
+        call = runner
 
     def autocast():
         return torch.autocast(device, dtype=torch.bfloat16, enabled=args.autocast_bfloat16)
 
     result = {
-        "framework": args.impl,
+        "framework": args.impl + ("[compiled]" if args.torch_compile else ""),
+        "torch_compile": args.torch_compile,
         "autocast_bfloat16": args.autocast_bfloat16,
         "variant": args.variant,
         "threads": args.threads,

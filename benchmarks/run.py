@@ -52,13 +52,31 @@ REFERENCES = ("timm", "hf", "hf[keras env]")
 # "keras_vit[torch in ref env]" is keras_vit's torch backend on the reference
 # env's torch build, timm's: the like-for-like comparison with timm.
 ORDER = ("keras_vit[torch]", "timm", "keras_vit[jax]", "hf", "keras_vit[tensorflow]", "hf[keras env]",
-         "keras_vit[torch in ref env]")
+         "keras_vit[torch in ref env]", "keras_vit[torch compiled]", "timm[compiled]",
+         "keras_vit[torch compiled in ref env]")
 KERAS_FRAMEWORKS = {"keras_vit[torch]": "torch", "keras_vit[jax]": "jax", "keras_vit[tensorflow]": "tensorflow",
                     "keras_vit[torch in ref env]": "torch"}
+# Under torch.compile: keras_vit through `compile(jit_compile=True)` (Keras wraps its
+# train / predict step in torch.compile), timm through `torch.compile(model)`.
+COMPILED_KERAS = {"keras_vit[torch compiled]": "torch", "keras_vit[torch compiled in ref env]": "torch"}
+# Compiling costs ~0.5-1.5 min per model and mode on 2 cores: the compiled rows run for
+# the sizes issue 23 asks about, in float32 only.
+COMPILED_VARIANTS = ("ViT-S/16", "ViT-B/16")
 # (forward batch, training batch): sized for a 2-core CPU and a ~15 minute run.
 BATCHES = {"ViT-Ti/16": (16, 8), "ViT-S/16": (8, 4), "ViT-B/16": (4, 2), "R50+ViT-B/16": (4, 2)}
 # Hugging Face transformers 5 has no ViT hybrid (ViTHybrid was removed): timm alone.
 UNAVAILABLE = {("hf", "R50+ViT-B/16"), ("hf[keras env]", "R50+ViT-B/16")}
+
+
+def is_compiled(framework):
+    return "compiled" in framework
+
+
+def runs_in(framework, variant, precision):
+    """Whether `framework` has a row for this variant and precision."""
+    if (framework, variant) in UNAVAILABLE:
+        return False
+    return not is_compiled(framework) or (variant in COMPILED_VARIANTS and precision == "float32")
 def child_env(threads):
     """One environment for every worker: same thread counts, same OPENBLAS_* (inherited)."""
     env = dict(os.environ)
@@ -99,18 +117,24 @@ def worker_command(framework, variant, args, precision="float32"):
         "--threads", str(args.threads),
         "--device", args.device,
     ]
-    if framework in KERAS_FRAMEWORKS:
-        backend = KERAS_FRAMEWORKS[framework]
+    if framework in KERAS_FRAMEWORKS or framework in COMPILED_KERAS:
+        backend = {**KERAS_FRAMEWORKS, **COMPILED_KERAS}[framework]
         python = args.ref_python if framework.endswith("ref env]") else args.python
-        # jit_compile on torch means torch.compile, which recompiles Keras layers
-        # endlessly; the torch backend runs eagerly ("auto"), as Keras defaults to.
-        jit = "auto" if backend == "torch" else args.jit_compile
+        # On torch, jit_compile=True means torch.compile: its own rows. The eager
+        # rows run as Keras defaults to on torch ("auto" = eager).
+        if backend == "torch":
+            jit = "true" if is_compiled(framework) else "auto"
+        else:
+            jit = args.jit_compile
         return [python, os.path.join(HERE, "keras_worker.py"), *common_args, "--jit-compile", jit,
                 "--dtype-policy", precision, "--optimizer", args.optimizer], backend
     if precision == "mixed_bfloat16":
         common_args.append("--autocast-bfloat16")
     if framework == "hf[keras env]":
         return [args.python, os.path.join(HERE, "reference_worker.py"), "--impl", "hf", *common_args], None
+    if framework == "timm[compiled]":
+        return [args.ref_python, os.path.join(HERE, "reference_worker.py"), "--impl", "timm", "--torch-compile",
+                *common_args], None
     return [args.ref_python, os.path.join(HERE, "reference_worker.py"), "--impl", framework, *common_args], None
 
 
@@ -166,6 +190,8 @@ OWN_MATMUL = {
     "keras_vit[torch]": "torch (keras env)", "keras_vit[jax]": "jax (keras env)",
     "keras_vit[tensorflow]": "tensorflow (keras env)", "keras_vit[torch in ref env]": "torch (ref env)",
     "timm": "torch (ref env)", "hf": "torch (ref env)", "hf[keras env]": "torch (keras env)",
+    "keras_vit[torch compiled]": "torch (keras env)", "keras_vit[torch compiled in ref env]": "torch (ref env)",
+    "timm[compiled]": "torch (ref env)",
 }
 
 
@@ -274,6 +300,9 @@ def report(summary):
         lines.append("('!' marks a missed float32 target of issue 17: torch forward >= 1.0 (0.9 hybrid), training "
                      ">= 0.9 (Ti/16 none, hybrid 0.8), RSS <= 1.2; jax >= 1.0 both, RSS <= 1.2; tensorflow RSS <= 1.3; "
                      "/CPU-s columns: images per CPU-second vs the best reference)")
+    compiled = compiled_rows(summary)
+    if compiled:
+        lines += [""] + compiled_lines(compiled)
     first = summary.get("first_prediction")
     if first:
         lines += [""] + first_prediction_lines(first)
@@ -293,6 +322,73 @@ def target_for(backend, variant):
     if backend == "tensorflow":
         return {"memory": 1.3}
     return {}
+
+
+# Issue 23's targets for compiled keras_vit's forward pass: >= 1.0x timm eager, >= 0.9x timm compiled.
+COMPILED_TARGETS = {"vs_timm": 1.0, "vs_timm_compiled": 0.9}
+
+
+def compiled_rows(summary):
+    """Compiled keras_vit against timm eager and timm under torch.compile, per variant (float32).
+
+    Returns a list of dicts (one per compiled keras_vit run): images/s and
+    the two ratios for the forward pass and the training step, and the first
+    call's seconds (compiling) apart from the timed calls.
+    """
+    table = tables_of(summary).get("float32")
+    if not table:
+        return []
+    rows = []
+    for variant, frameworks in table["results"].items():
+        def rate(name, mode):
+            r = frameworks.get(name)
+            return r[mode]["images_per_s"] if r and "error" not in r and mode in r else None
+
+        for name in (*COMPILED_KERAS, "timm[compiled]"):
+            r = frameworks.get(name)
+            if r is None:
+                continue
+            row = {"variant": variant, "framework": name, "error": r.get("error")}
+            for mode in ("forward", "train"):
+                mine = rate(name, mode)
+                row[mode] = mine
+                row[f"{mode}_first_call_seconds"] = r.get(f"{mode}_first_call_seconds")
+                for key, reference in (("vs_timm", "timm"), ("vs_timm_compiled", "timm[compiled]")):
+                    theirs = rate(reference, mode)
+                    row[f"{mode}_{key}"] = mine / theirs if mine and theirs and name != reference else None
+            rows.append(row)
+    return rows
+
+
+def compiled_lines(rows):
+    lines = ["torch.compile (float32): keras_vit with compile(jit_compile=True) against timm eager and timm under "
+             "torch.compile; 'compile s' is the first call (compiling), kept out of the timed calls:"]
+    header = (f"{'variant':12} {'framework':38} {'fwd img/s':>9} {'/timm':>6} {'/timm c':>7} {'compile s':>9} "
+              f"{'train img/s':>11} {'/timm':>6} {'/timm c':>7} {'compile s':>9}")
+    lines += [header, "-" * len(header)]
+
+    def ratio(row, key):
+        value = row.get(key)
+        if value is None:
+            return "-"
+        target = COMPILED_TARGETS.get(key.split("_", 1)[1]) if key.startswith("forward") else None
+        return f"{value:.2f}" + ("" if target is None else (" " if value >= target else "!"))
+
+    def number(value, digits=2):
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    for row in rows:
+        if row["error"]:
+            lines.append(f"{row['variant']:12} {row['framework']:38} ERROR {row['error']}")
+            continue
+        lines.append(f"{row['variant']:12} {row['framework']:38} {number(row['forward']):>9} "
+                     f"{ratio(row, 'forward_vs_timm'):>6} {ratio(row, 'forward_vs_timm_compiled'):>7} "
+                     f"{number(row['forward_first_call_seconds'], 1):>9} {number(row['train']):>11} "
+                     f"{ratio(row, 'train_vs_timm'):>6} {ratio(row, 'train_vs_timm_compiled'):>7} "
+                     f"{number(row['train_first_call_seconds'], 1):>9}")
+    lines.append("('!' marks a miss of issue 23's forward targets: compiled keras_vit >= 1.0x timm eager and "
+                 ">= 0.9x timm compiled; 'in ref env' runs on timm's own torch build)")
+    return lines
 
 
 def first_prediction_lines(first):
@@ -335,6 +431,19 @@ def markdown(summary):
             for backend, r in variant_ratios(frameworks).items():
                 cells = [f"{r[k]:.2f}" if r.get(k) is not None else "-" for k in keys]
                 rows.append(f"| {variant} | {backend} | " + " | ".join(cells) + " |")
+        rows.append("")
+    compiled = compiled_rows(summary)
+    if compiled:
+        rows += ["| variant | compiled | forward img/s | vs timm | vs timm compiled | compile s | train img/s "
+                 "| vs timm | vs timm compiled | compile s |",
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in compiled:
+            if r["error"]:
+                continue
+            cells = [r["forward"], r["forward_vs_timm"], r["forward_vs_timm_compiled"], r["forward_first_call_seconds"],
+                     r["train"], r["train_vs_timm"], r["train_vs_timm_compiled"], r["train_first_call_seconds"]]
+            rows.append(f"| {r['variant']} | {r['framework']} | "
+                        + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
         rows.append("")
     first = summary.get("first_prediction")
     if first:
@@ -554,7 +663,7 @@ def main(argv=None):
     summary["ceiling_gflops"] = summary["ceiling"]["gflops"]
     print("\n".join(host_lines(summary)), flush=True)
 
-    raw = {p: {v: {f: [] for f in frameworks if (f, v) not in UNAVAILABLE} for v in variants} for p in precisions}
+    raw = {p: {v: {f: [] for f in frameworks if runs_in(f, v, p)} for v in variants} for p in precisions}
     with open(log_path, "w") as log:
         for precision in [] if args.skip_tables else precisions:
             for variant in variants:

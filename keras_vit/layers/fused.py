@@ -194,9 +194,17 @@ def has_fused_adam(variables, grads):
     """Whether `adam_update` runs a fused kernel for these variables.
 
     Only on torch, and only for variables of one floating dtype on one
-    device with gradients of that dtype (what torch's kernel takes).
+    device with gradients of that dtype (what torch's kernel takes). Not
+    inside `torch.compile` (`jit_compile=True`): inductor cannot trace the
+    kernel's in-place writes to the weights ("mutating a non-functional
+    tensor with a functional tensor"), and it fuses Keras' own update into
+    a few kernels itself.
     """
     if not _is_torch() or not variables:
+        return False
+    import torch
+
+    if torch.compiler.is_compiling():
         return False
     dtype = variables[0].dtype
     if not keras.backend.is_float_dtype(dtype) or any(v.dtype != dtype for v in variables):

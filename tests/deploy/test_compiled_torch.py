@@ -32,14 +32,26 @@ def test_the_forward_pass_compiles_without_a_graph_break():
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1, reasons
 
 
-@pytest.mark.slow  # compiling takes ~20 s on 2 cores
-def test_jit_compile_predicts_and_fits_as_eager():
+def sgd():
+    return keras.optimizers.SGD(0.1)
+
+
+def fused_adamw():
+    """keras_vit's AdamW: a fused torch kernel when eager, Keras' update under torch.compile."""
+    from keras_vit.workflows.optimizers import AdamW
+
+    return AdamW(1e-2)
+
+
+@pytest.mark.slow  # compiling takes ~20 s per optimizer on 2 cores
+@pytest.mark.parametrize("make_optimizer", [sgd, fused_adamw], ids=["sgd", "keras_vit_adamw"])
+def test_jit_compile_predicts_and_fits_as_eager(make_optimizer):
     rng = np.random.default_rng(0)
     x, y = rng.uniform(0, 255, (6, 16, 16, 3)).astype("float32"), rng.integers(0, 3, 6)
     results = {}
     for jit in (False, True):
         model = tiny_classifier()
-        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy", jit_compile=jit)
+        model.compile(optimizer=make_optimizer(), loss="sparse_categorical_crossentropy", jit_compile=jit)
         before = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
         losses = model.fit(x, y, epochs=2, batch_size=6, shuffle=False, verbose=0).history["loss"]
         results[jit] = before, losses
