@@ -28,6 +28,8 @@ import os
 
 import numpy as np
 
+from keras_vit.integrations import exported_graphs
+
 EXPORT_EXTRA = 'pip install "keras3-vit[export]"'
 METADATA_FILE = "export.json"
 # The kind recorded in the directory's ownership marker: only an export replaces an export.
@@ -148,29 +150,11 @@ def run_exported(directory, format, images):
     """
     images = np.asarray(images, dtype="float32")
     if format == "saved_model":
-        import tensorflow as tf
-
-        # Kept in a name while `serve` runs: the function refers to the loaded object's variables.
-        loaded = tf.saved_model.load(directory)
-        return np.asarray(loaded.serve(tf.constant(images)))
+        return exported_graphs.run_saved_model(directory, images)
     if format == "onnx":
-        import onnxruntime
-
-        session = onnxruntime.InferenceSession(os.path.join(directory, EXPORT_FORMATS[format][1]),
-                                               providers=["CPUExecutionProvider"])
-        return session.run(None, {session.get_inputs()[0].name: images})[0]
+        return exported_graphs.run_onnx(os.path.join(directory, EXPORT_FORMATS[format][1]), images)
     if format == "litert":
-        try:
-            from ai_edge_litert.interpreter import Interpreter
-        except ImportError:
-            from tensorflow.lite import Interpreter
-        interpreter = Interpreter(model_path=os.path.join(directory, EXPORT_FORMATS[format][1]))
-        source = interpreter.get_input_details()[0]
-        interpreter.resize_tensor_input(source["index"], images.shape)
-        interpreter.allocate_tensors()
-        interpreter.set_tensor(source["index"], images)
-        interpreter.invoke()
-        return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+        return exported_graphs.run_litert(os.path.join(directory, EXPORT_FORMATS[format][1]), images)
     raise ValueError(f"Unknown export format {format!r}. Choose one of: {', '.join(EXPORT_FORMATS)}.")
 
 
