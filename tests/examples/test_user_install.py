@@ -87,26 +87,28 @@ def test_readme_user_line_runs_the_quick_start_from_the_wheel(tmp_path):
     argument = readme_install_argument()
     assert argument == "keras3-vit[jax]"  # the one-backend line a user is told to run first
 
+    # The user's shell: no PYTHONPATH (a checkout on it makes pip see the source tree's egg-info as
+    # "keras3-vit, already installed" and skip the wheel) and no backend chosen.
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "KERAS_BACKEND")}
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", str(dist),
                     str(_source_copy(tmp_path / "src"))], check=True, capture_output=True, text=True, timeout=600)
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300, env=env)
     python = str(venv / "bin" / "python")
     install = subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--find-links", str(dist),
          "-c", os.path.join(ROOT, "requirements", "constraints.txt"), argument],
-        capture_output=True, text=True, timeout=1200,
+        capture_output=True, text=True, timeout=1200, env=env,
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
 
     # Neither TensorFlow nor torch came with it: the quick start runs on what the line installed.
     listed = subprocess.run([python, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
-                            check=True).stdout.lower()
+                            check=True, env=env).stdout.lower()
     assert "keras3-vit==" in listed and "jax==" in listed
     assert "tensorflow" not in listed and "torch==" not in listed
 
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "KERAS_BACKEND")}
     env.update(HF_HUB_CACHE=str(tmp_path / "hf-cache"), KERAS_HOME=str(tmp_path / "keras-home"))
     command = os.path.join(str(venv / "bin"), "keras-vit")
     # KERAS_BACKEND unset: the command picks the installed backend and says so.

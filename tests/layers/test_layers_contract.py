@@ -1,5 +1,7 @@
 """The layer contract (tests/helpers.py) for every core layer, on the current backend."""
 
+import keras
+import numpy as np
 import pytest
 
 from keras_vit import layers
@@ -46,8 +48,52 @@ CASES = {
     "token_pooling_token": (layers.TokenPooling, {"pooling": "token"}, (2, 6, 8), (2, 8), 0),
 }
 
+# Layers whose call takes more than the one input tensor, or returns more than one.
+# PatchCorruption applies a fixed corruption plan: in each image one patch masked
+# (mode 1), one replaced by another patch (mode 2, its source), one selected but
+# unchanged (mode 3), one left out (mode 0); the mask embedding is its one weight.
+_MODE = np.array([[1, 2, 3, 0], [0, 3, 2, 1]], dtype="int32")
+_SOURCE = np.array([[0, 3, 2, 3], [0, 1, 0, 3]], dtype="int32")
+# The explicit attention path (the "AttentionScores" case): outputs and the
+# (batch, heads, tokens, tokens) probabilities, through a fit and a .keras round trip.
+MULTI_CASES = {
+    "patch_corruption": dict(
+        layer_class=layers.PatchCorruption, init_kwargs={"seed": 3}, input_shape=(2, 4, 8),
+        expected_output_shape=(2, 4, 8), expected_num_trainable_weights=1,
+        extra_inputs={"mode": _MODE, "source": _SOURCE},
+    ),
+    "attention_scores": dict(
+        layer_class=layers.MultiHeadSelfAttention, init_kwargs={"num_heads": 2}, input_shape=(2, 5, 8),
+        expected_output_shape=[(2, 5, 8), (2, 2, 5, 5)], expected_num_trainable_weights=4,
+        call_kwargs={"return_attention_scores": True},
+    ),
+    "transformer_block_attention_scores": dict(
+        layer_class=layers.TransformerBlock, init_kwargs={"num_heads": 2, "mlp_dim": 16}, input_shape=(2, 5, 8),
+        expected_output_shape=[(2, 5, 8), (2, 2, 5, 5)], expected_num_trainable_weights=12,
+        call_kwargs={"return_attention_scores": True},
+    ),
+}
+
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_layer_contract(case):
     layer_class, kwargs, input_shape, output_shape, num_trainable = CASES[case]
     run_layer_contract(layer_class, kwargs, input_shape, output_shape, num_trainable)
+
+
+@pytest.mark.parametrize("case", sorted(MULTI_CASES))
+def test_layer_contract_with_several_inputs_or_outputs(case):
+    run_layer_contract(**MULTI_CASES[case])
+
+
+def test_patch_corruption_applies_the_plan_it_is_given():
+    """Beyond the contract: each mode does what the paper's B.1.2 says, checked with numpy."""
+    layer = layers.PatchCorruption(seed=3)
+    embeddings = np.random.default_rng(0).normal(size=(2, 4, 8)).astype("float32")
+    corrupted = keras.ops.convert_to_numpy(layer(embeddings, mode=_MODE, source=_SOURCE))
+    mask = keras.ops.convert_to_numpy(layer.mask_token)
+    for image in range(2):
+        for patch in range(4):
+            mode = _MODE[image, patch]
+            expected = {1: mask, 2: embeddings[image, _SOURCE[image, patch]]}.get(mode, embeddings[image, patch])
+            np.testing.assert_array_equal(corrupted[image, patch], expected)
