@@ -192,13 +192,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         if self.num_heads % split:
             device_count = int(np.size(mesh.devices))
-            valid = [size for size in range(1, self.num_heads + 1)
+            valid = [str(size) for size in range(1, self.num_heads + 1)
                      if self.num_heads % size == 0 and device_count % size == 0]
+            choices = valid[0] if len(valid) == 1 else f"{', '.join(valid[:-1])} or {valid[-1]}"
+            example = (f"e.g. `keras_vit.distribution.model_parallel(model_parallelism={valid[-1]})`"
+                       if len(valid) > 1 else
+                       "that is, data parallelism: `keras_vit.distribution.data_parallel()` (`--distribute data`)")
             return (
                 f"{where}, which does not divide the {self.num_heads} attention heads: every device must hold "
-                f"whole heads. Use a model axis of {' or '.join(map(str, valid))} (the divisors of the head count "
-                f"that divide the {device_count} devices), e.g. `keras_vit.distribution.model_parallel("
-                f"model_parallelism={valid[-1]})`. Received: model axis size={split}, num_heads={self.num_heads}"
+                f"whole heads. Use a model axis of {choices} (the divisors of the head count that divide the "
+                f"{device_count} devices), {example}. Received: model axis size={split}, num_heads={self.num_heads}"
             )
         return None
 

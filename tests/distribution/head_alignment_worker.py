@@ -5,9 +5,12 @@ this runs in its own interpreter and prints one JSON line for the test to
 check.
 """
 
+import contextlib
+import io
 import json
 import os
 import sys
+import tempfile
 
 os.environ["KERAS_BACKEND"] = "jax"
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8"])
@@ -49,6 +52,14 @@ def main():
         "old_order_refusal": refusal(lambda: ViTClassifier.from_preset(OLD_PRESET),
                                      vit_distribution.model_parallel(model_parallelism=2)),
     }
+    # The command line: `--distribute model` puts the 8 devices on the model axis; the digits ViT has 4 heads.
+    from keras_vit.cli import main as cli
+
+    errors = io.StringIO()
+    with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stderr(errors), \
+            contextlib.redirect_stdout(io.StringIO()):
+        code = cli(["train", "--distribute", "model", "--epochs", "1", "--run-dir", os.path.join(scratch, "run")])
+    report["cli"] = {"exit_code": code, "stderr": errors.getvalue()}
     old = ViTClassifier.from_preset(OLD_PRESET)  # no distribution: loads in timm's order
     images = np.random.default_rng(0).uniform(0, 255, size=(8, 16, 16, 3)).astype("float32")
     expected = np.asarray(old.predict_on_batch(images))

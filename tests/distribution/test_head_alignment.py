@@ -47,6 +47,9 @@ def test_layout_errors_name_a_model_axis_that_cuts_heads():
     assert "transformer_block_0/attention" in errors[0] and "transformer_block_1/attention" in errors[1]
     # The valid sizes divide both the 6 heads and the 8 devices.
     assert "does not divide the 6 attention heads" in errors[0] and "Use a model axis of 1 or 2 " in errors[0]
+    three_heads = layout_errors(_backbone(hidden_dim=24, num_heads=3, num_layers=1), layout_map(_mesh(2)))
+    assert len(three_heads) == 1 and "Use a model axis of 1 " in three_heads[0]
+    assert "data_parallel()" in three_heads[0]
     # Paths and shapes alone carry no head count: only the weight checks run.
     assert layout_errors([(w.path, w.shape) for w in model.weights], layout_map(_mesh(4))) == []
 
@@ -121,6 +124,11 @@ def test_model_parallel_refuses_split_heads_and_converts_old_models():
     assert "Use a model axis of 1 or 2 " in report["heads_refusal"]
     assert report["heads_accepted"] is None
     assert "head_aligned" in report["old_order_refusal"] and "qkv_layout='timm'" in report["old_order_refusal"]
+    assert report["cli"]["exit_code"] == 1
+    assert "keras-vit train: error:" in report["cli"]["stderr"]
+    assert "does not divide the 4 attention heads" in report["cli"]["stderr"]
+    assert "Use a model axis of 1, 2 or 4 " in report["cli"]["stderr"]
+    assert "Traceback" not in report["cli"]["stderr"]
     converted = report["converted"]
     assert converted["qkv_layout"] == "heads" and converted["difference"] < 1e-5
     assert converted["qkv_spec"] == [None, "model"] and converted["qkv_shard_shape"] == [16, 24]  # (D, 3D / 2)
