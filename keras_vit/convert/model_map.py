@@ -5,6 +5,11 @@ names, PyTorch `(out, in)` Linear weights, `(D, C, P, P)` patch conv), so the
 transposes and reshapes that reach our Keras weights live here only. The
 assignment is strict: every model weight is set exactly once with a checked
 shape, and every source tensor is consumed or explicitly ignored.
+
+timm's fused `qkv` orders its output columns q, k, v (each head-major); a
+keras_vit layer built with `qkv_layout="heads"` (the default) groups them per
+head. The columns of the qkv kernels and biases are permuted here, both
+ways, with `keras_vit.layers.attention.qkv_column_order`.
 """
 
 import re
@@ -12,6 +17,7 @@ import re
 import numpy as np
 
 from keras_vit.convert.io import check_finite
+from keras_vit.layers.attention import qkv_column_order
 from keras_vit.utils.resample import resample_position_embedding
 from keras_vit.models.vit_backbone import ViTBackbone
 from keras_vit.models.vit_classifier import ViTClassifier
@@ -76,6 +82,22 @@ def timm_name_map(num_layers):
             (src + "ls2.gamma", dst + "layer_scale2/gamma", _same),
         ]
     return entries
+
+
+# Keras weights whose last axis holds the qkv projection's 3 * D output columns.
+_QKV_COLUMNS = re.compile(r"(?:^|/)transformer_block_\d+/attention/qkv/(?:kernel|bias)$")
+
+
+def qkv_columns(backbone):
+    """The timm -> model column order of `backbone`'s qkv weights, or `None` when it is timm's own.
+
+    A timm-layout qkv kernel, once in Keras' `(in, out)` layout, is
+    `kernel[:, order]` in the model (a bias `bias[order]`); `np.argsort`
+    of the order goes back. Every block of a backbone has the same order.
+    """
+    if backbone.qkv_layout == "timm":
+        return None
+    return qkv_column_order(backbone.num_heads, backbone.hidden_dim // backbone.num_heads, backbone.qkv_layout)
 
 
 def _rank(key, to_keras):
@@ -241,9 +263,12 @@ def build_model(
     assigned = set()
     mismatched = []
     values = []
+    qkv_order = qkv_columns(backbone)
     for key, path, to_keras in entries:
         variable = variables[path]
         value = to_keras(state_dict[key]).astype(np.float32)
+        if qkv_order is not None and _QKV_COLUMNS.search(path) and value.shape[-1] == len(qkv_order):
+            value = value[..., qkv_order]  # the shape check below reports any other width
         if tuple(value.shape) != tuple(variable.shape):
             mismatched.append(f"{key}: checkpoint {tuple(np.shape(state_dict[key]))} -> {tuple(value.shape)}, "
                               f"model weight {path} needs {tuple(variable.shape)}")
@@ -302,10 +327,13 @@ def model_to_timm(model):
         )
     variables = {variable.path: np.asarray(variable.numpy()) for variable in model.weights}
     state_dict = {}
+    qkv_order = qkv_columns(backbone)
     for key, path, to_keras in timm_name_map(backbone.num_layers):
         if path not in variables:
             continue
         value = np.asarray(variables[path], dtype=np.float32)
+        if qkv_order is not None and _QKV_COLUMNS.search(path):
+            value = value[..., np.argsort(qkv_order)]
         if to_keras is _linear:
             value = value.T
         elif to_keras is _patch_kernel:

@@ -8,11 +8,14 @@ for the same `model.fit` code. On PyTorch, `torch_processes` trains one
 process per device under `torchrun`, averaging gradients across processes.
 `processes` tells any workflow which process of a job it runs in.
 `unsharded_weights()` and `layout_errors()` check a layout map against a
-model before any memory is spent on it.
+model before any memory is spent on it; `head_aligned()` converts a model
+whose qkv kernels keep timm's column order (saved before keras_vit grouped
+them per head) so model parallelism can split it by whole heads.
 """
 
 from keras_vit.distribution.layout import (
     DEFAULT_MIN_SIZE,
+    head_aligned,
     layout_errors,
     layout_map,
     sharding_rules,

@@ -115,6 +115,30 @@ def test_qkv_attention_equals_dot_product_attention(num_heads):
     np.testing.assert_allclose(got, _qkv_numpy(qkv, num_heads, scale), atol=1e-5)
 
 
+def _per_head_columns(qkv, num_heads):
+    """timm's q | k | v columns regrouped by hand as [q_h k_h v_h] per head."""
+    width = qkv.shape[-1] // 3
+    head_dim = width // num_heads
+    blocks = [qkv[..., part * width + h * head_dim: part * width + (h + 1) * head_dim]
+              for h in range(num_heads) for part in range(3)]
+    return np.concatenate(blocks, axis=-1)
+
+
+@pytest.mark.parametrize("num_heads", [1, 2, 4])
+def test_qkv_attention_reads_per_head_columns(num_heads):
+    qkv = rng(11).normal(size=(2, 5, 3 * 8)).astype("float32")
+    scale = (8 // num_heads) ** -0.5
+    got = to_numpy(fused.qkv_attention(ops.convert_to_tensor(_per_head_columns(qkv, num_heads)), num_heads, scale,
+                                       "heads"))
+    np.testing.assert_allclose(got, _qkv_numpy(qkv, num_heads, scale), atol=1e-5)
+    if num_heads > 1:  # the orders differ: reading per-head columns as timm's must not agree
+        wrong = to_numpy(fused.qkv_attention(ops.convert_to_tensor(_per_head_columns(qkv, num_heads)), num_heads,
+                                             scale, "timm"))
+        assert not np.allclose(wrong, got, atol=1e-3)
+    with pytest.raises(ValueError, match="qkv_layout=.rows."):
+        fused.qkv_attention(ops.convert_to_tensor(qkv), num_heads, scale, "rows")
+
+
 def test_fused_ops_under_mixed_bfloat16():
     keras.config.set_dtype_policy("mixed_bfloat16")
     block = layers.TransformerBlock(num_heads=2, mlp_dim=16)

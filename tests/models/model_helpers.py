@@ -3,6 +3,8 @@
 import keras
 import numpy as np
 
+from keras_vit.layers.attention import qkv_column_order
+
 
 def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
@@ -23,12 +25,15 @@ def block_weights(block):
     """One TransformerBlock's weights as the numpy reference's dict."""
     qkv_w, qkv_b = _values(block.attention.qkv)
     width = qkv_w.shape[0]
+    # The fused kernel stores its columns in the layer's `qkv_layout`; back to timm's q | k | v.
+    to_timm = np.argsort(qkv_column_order(block.num_heads, width // block.num_heads, block.attention.qkv_layout))
+    qkv_w, qkv_b = qkv_w[:, to_timm], qkv_b[to_timm]
     entry = dict(zip(("ln1_g", "ln1_b"), _values(block.norm1)))
     entry.update(zip(("ln2_g", "ln2_b"), _values(block.norm2)))
     entry.update(zip(("wo", "bo"), _values(block.attention.output_projection)))
     entry.update(zip(("w1", "b1"), _values(block.mlp.fc1)))
     entry.update(zip(("w2", "b2"), _values(block.mlp.fc2)))
-    # The fused qkv kernel's columns are ordered q, k, v.
+    # In timm's order the columns are q, k, v.
     for i, part in enumerate("qkv"):
         entry[f"w{part}"] = qkv_w[:, i * width : (i + 1) * width]
         entry[f"b{part}"] = qkv_b[i * width : (i + 1) * width]
