@@ -122,6 +122,27 @@ def test_train_resumes_from_its_checkpoint(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
+def test_a_backup_in_the_old_qkv_column_order_is_refused_not_loaded(tmp_path):
+    """An epoch backup written before qkv columns were grouped per head cannot be loaded silently wrong."""
+    import json
+
+    from keras_vit.workflows.training import CHECKPOINT_STATE, EpochCheckpoint, build_digits_classifier
+
+    model = build_digits_classifier(seed=0, num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    checkpoint = EpochCheckpoint(str(tmp_path / "backup"), {"case": "layout"})
+    checkpoint.set_model(model)
+    checkpoint.on_epoch_end(0)
+    assert EpochCheckpoint(str(tmp_path / "backup"), {"case": "layout"}).restore(model) == 1
+
+    state_path = tmp_path / "backup" / CHECKPOINT_STATE
+    state = json.loads(state_path.read_text())
+    assert state.pop("qkv_layouts") == ["heads"]
+    state_path.write_text(json.dumps(state))  # what an older keras_vit wrote
+    with pytest.raises(ValueError, match="another column order"):
+        EpochCheckpoint(str(tmp_path / "backup"), {"case": "layout"}).restore(model)
+
+
 def test_save_is_atomic(tmp_path):
     from keras_vit.workflows.training import build_digits_classifier, save_model
 
@@ -137,6 +158,8 @@ def test_save_is_atomic(tmp_path):
 EXIT_CODES = [
     (["train", "--batch-size", "0"], 2, "--batch-size must be a positive integer. Received: --batch-size 0"),
     (["train", "--variant", "ViT-Q/16"], 2, "Unknown ViT variant 'ViT-Q/16'"),
+    (["train", "--distribute", "data", "--model-parallelism", "2"], 2,
+     "--model-parallelism goes with --distribute model"),
     (["train", "--init-from", "{bad_keras}", "--epochs", "1"], 1, "bad.keras"),
     (["pretrain", "--save", "/nonexistent-dir/m.keras"], 2, "does not exist. Create it first"),
     (["finetune", "{missing}", "--variant", "ViT-Ti/16"], 2, "No such image folder"),

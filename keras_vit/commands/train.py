@@ -44,6 +44,11 @@ def add_distribute_argument(parser):
         "gradients averaged), 'model' also splits the weights over the devices of a host (JAX only). "
         "--batch-size is the global batch. Default: one device",
     )
+    parser.add_argument(
+        "--model-parallelism", type=int, default=None, metavar="N",
+        help="with --distribute model: the devices each weight is split over (the rest split the batch); it "
+        "must divide the number of devices and the model's attention head count. Default: the devices of one host",
+    )
 
 
 def run_distributed(args, body):
@@ -60,8 +65,12 @@ def run_distributed(args, body):
     from keras_vit.commands import UsageError
     from keras_vit.distribution import distribution_for_backend, processes
 
+    model_parallelism = getattr(args, "model_parallelism", None)
+    if model_parallelism is not None and args.distribute != "model":
+        raise UsageError(f"--model-parallelism goes with --distribute model. Received: --distribute {args.distribute}")
     try:
-        distribution = distribution_for_backend(args.distribute, tpu=os.environ.get("TPU_NAME"))
+        distribution = distribution_for_backend(args.distribute, model_parallelism=model_parallelism,
+                                                tpu=os.environ.get("TPU_NAME"))
     except (ValueError, RuntimeError) as error:
         raise UsageError(str(error)) from None
     if not processes.is_chief():  # process 0 reports for the job

@@ -195,7 +195,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             valid = [str(size) for size in range(1, self.num_heads + 1)
                      if self.num_heads % size == 0 and device_count % size == 0]
             choices = valid[0] if len(valid) == 1 else f"{', '.join(valid[:-1])} or {valid[-1]}"
-            example = (f"e.g. `keras_vit.distribution.model_parallel(model_parallelism={valid[-1]})`"
+            example = (f"e.g. `keras_vit.distribution.model_parallel(model_parallelism={valid[-1]})` "
+                       f"(`--model-parallelism {valid[-1]}` on the command line)"
                        if len(valid) > 1 else
                        "that is, data parallelism: `keras_vit.distribution.data_parallel()` (`--distribute data`)")
             return (

@@ -13,6 +13,7 @@ import numpy as np
 
 from keras_vit.distribution import processes
 from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
+from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.utils import atomic_directory, atomic_write, check_writable
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
@@ -256,6 +257,16 @@ class EpochCheckpoint(keras.callbacks.Callback):
                 f"{', '.join(changed)}). Run the same command again to resume it, or delete that directory "
                 "(or choose another output) to start a new run."
             )
+        # A backup without the key was written before keras_vit grouped qkv columns per head.
+        layouts = qkv_layouts(model)
+        saved_layouts = state.get("qkv_layouts", ["timm"] if layouts else [])
+        if saved_layouts != layouts:
+            raise ValueError(
+                f"{quote(self.directory)} holds the checkpoint of a model whose attention weights are stored in "
+                f"another column order ({', '.join(saved_layouts)}; this model: {', '.join(layouts)}), "
+                "written by an older keras_vit. Loading it would give wrong outputs without an error: delete that "
+                "directory (or choose another output) to start a new run."
+            )
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         model.load_weights(os.path.join(self.directory, CHECKPOINT_WEIGHTS))
@@ -286,6 +297,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
         state = {
             "epoch": epoch + 1,
             "settings": self.settings,
+            "qkv_layouts": qkv_layouts(self.model),
             "seed_states": [keras.ops.convert_to_numpy(v.value).tolist() for v in _seed_states(self.model)],
             "global_rng": global_rng_state(),
             "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
@@ -323,6 +335,15 @@ def _trim_log(path, epochs_done):
     kept = rows[:1] + [row for row in rows[1:] if row and int(row.split(",", 1)[0]) < epochs_done]
     with atomic_write(path, "w") as file:
         file.write("".join(row + "\n" for row in kept))
+
+
+def qkv_layouts(model):
+    """The column orders of `model`'s fused qkv kernels (`["heads"]` for any model built today).
+
+    A weights file carries no config: the epoch backup records these so a
+    backup written in another order is refused instead of loaded wrongly.
+    """
+    return sorted({layer.qkv_layout for layer in model._flatten_layers() if isinstance(layer, MultiHeadSelfAttention)})
 
 
 def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_data=None, callbacks=(),

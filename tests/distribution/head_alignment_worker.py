@@ -60,6 +60,12 @@ def main():
             contextlib.redirect_stdout(io.StringIO()):
         code = cli(["train", "--distribute", "model", "--epochs", "1", "--run-dir", os.path.join(scratch, "run")])
     report["cli"] = {"exit_code": code, "stderr": errors.getvalue()}
+    # The fix the refusal names: --model-parallelism 4 (mesh batch 2 x model 4) trains.
+    with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(io.StringIO()):
+        code = cli(["train", "--distribute", "model", "--model-parallelism", "4", "--epochs", "1",
+                    "--save", os.path.join(scratch, "digits.keras"), "--run-dir", os.path.join(scratch, "run")])
+        report["cli_model_parallelism_4"] = {"exit_code": code,
+                                             "saved": os.path.exists(os.path.join(scratch, "digits.keras"))}
     old = ViTClassifier.from_preset(OLD_PRESET)  # no distribution: loads in timm's order
     images = np.random.default_rng(0).uniform(0, 255, size=(8, 16, 16, 3)).astype("float32")
     expected = np.asarray(old.predict_on_batch(images))

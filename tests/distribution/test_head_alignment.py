@@ -129,6 +129,8 @@ def test_model_parallel_refuses_split_heads_and_converts_old_models():
     assert "does not divide the 4 attention heads" in report["cli"]["stderr"]
     assert "Use a model axis of 1, 2 or 4 " in report["cli"]["stderr"]
     assert "Traceback" not in report["cli"]["stderr"]
+    assert "--model-parallelism 4" in report["cli"]["stderr"]
+    assert report["cli_model_parallelism_4"] == {"exit_code": 0, "saved": True}
     converted = report["converted"]
     assert converted["qkv_layout"] == "heads" and converted["difference"] < 1e-5
     assert converted["qkv_spec"] == [None, "model"] and converted["qkv_shard_shape"] == [16, 24]  # (D, 3D / 2)
