@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.layers import fused
+from keras_vit.utils.values import check_count, check_rate
 
 # The column orders of the fused qkv projection (see `qkv_column_order`).
 QKV_LAYOUTS = ("heads", "timm")
@@ -105,11 +106,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         if qkv_layout not in QKV_LAYOUTS:
             raise ValueError(f"`qkv_layout` must be one of {QKV_LAYOUTS}. Received: qkv_layout={qkv_layout!r}")
-        if not isinstance(num_heads, int) or num_heads <= 0:
-            raise ValueError(f"`num_heads` must be a positive int. Received: num_heads={num_heads!r}")
-        for arg, value in (("attention_dropout", attention_dropout), ("dropout", dropout)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"`{arg}` must be in [0, 1). Received: {arg}={value}")
+        check_count(num_heads, "num_heads")
+        check_rate(attention_dropout, "attention_dropout")
+        check_rate(dropout, "dropout")
         self.num_heads = num_heads
         self.use_bias = use_bias
         self.attention_dropout = attention_dropout
@@ -120,6 +119,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
         self.output_dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="output_dropout")
+
+    def parameter_count(self, hidden_dim):
+        """Weights this layer creates for inputs `hidden_dim` wide: `qkv` (bias optional) and `proj`."""
+        qkv = hidden_dim * 3 * hidden_dim + (3 * hidden_dim if self.use_bias else 0)
+        return qkv + hidden_dim * hidden_dim + hidden_dim
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]

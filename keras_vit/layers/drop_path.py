@@ -2,6 +2,7 @@
 
 import keras
 from keras import ops
+from keras_vit.utils.values import check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -27,8 +28,7 @@ class DropPath(keras.layers.Layer):
 
     def __init__(self, rate=0.0, seed=None, **kwargs):
         super().__init__(**kwargs)
-        if not 0.0 <= rate < 1.0:
-            raise ValueError(f"`rate` must be in [0, 1). Received: rate={rate}")
+        check_rate(rate, "rate")
         self.rate = rate
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if rate > 0 else None

@@ -26,6 +26,10 @@ class LayerScale(keras.layers.Layer):
             raise ValueError(f"`init_value` must be a float. Received: init_value={init_value!r}")
         self.init_value = float(init_value)
 
+    def parameter_count(self, hidden_dim):
+        """One scale per channel."""
+        return hidden_dim
+
     def build(self, input_shape):
         self.gamma = self.add_weight(
             shape=(input_shape[-1],),

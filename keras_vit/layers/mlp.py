@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import fused
+from keras_vit.utils.values import check_count, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -31,15 +32,17 @@ class MLP(keras.layers.Layer):
 
     def __init__(self, mlp_dim, dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(mlp_dim, int) or mlp_dim <= 0:
-            raise ValueError(f"`mlp_dim` must be a positive int. Received: mlp_dim={mlp_dim!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        check_count(mlp_dim, "mlp_dim")
+        check_rate(dropout, "dropout")
         self.mlp_dim = mlp_dim
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.dropout1 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout1")
         self.dropout2 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout2")
+
+    def parameter_count(self, hidden_dim):
+        """Weights this layer creates for inputs `hidden_dim` wide: `fc1` and `fc2` with their biases."""
+        return (hidden_dim * self.mlp_dim + self.mlp_dim) + (self.mlp_dim * hidden_dim + hidden_dim)
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]

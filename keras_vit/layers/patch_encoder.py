@@ -7,6 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.layers.patches import normalize_pair
+from keras_vit.utils.values import check_count, check_rate
 
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "none")
 
@@ -108,20 +109,14 @@ class PatchEncoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(hidden_dim, int) or hidden_dim <= 0:
-            raise ValueError(f"`hidden_dim` must be a positive int. Received: hidden_dim={hidden_dim!r}")
+        check_count(hidden_dim, "hidden_dim")
         if position_embedding not in POSITION_EMBEDDINGS:
             raise ValueError(
                 f"Unknown `position_embedding`. Use one of {POSITION_EMBEDDINGS}. "
                 f"Received: position_embedding={position_embedding!r}"
             )
-        if not isinstance(num_register_tokens, int) or num_register_tokens < 0:
-            raise ValueError(
-                "`num_register_tokens` must be a non-negative int. "
-                f"Received: num_register_tokens={num_register_tokens!r}"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        check_count(num_register_tokens, "num_register_tokens", minimum=0)
+        check_rate(dropout, "dropout")
         self.hidden_dim = hidden_dim
         self.grid_size = None if grid_size is None else normalize_pair(grid_size, "grid_size")
         self.use_class_token = bool(use_class_token)
@@ -139,6 +134,22 @@ class PatchEncoder(keras.layers.Layer):
     def num_prefix_tokens(self):
         """Number of tokens placed before the patch tokens."""
         return int(self.use_class_token) + self.num_register_tokens
+
+    def parameter_count(self, patch_features):
+        """Weights this layer creates for patches of `patch_features` values on its `grid_size`.
+
+        The projection and its bias, the class and register tokens, and a
+        learned position embedding (one row per patch, plus one per prefix
+        token with `prefix_position_embedding`); a sin-cos table is a
+        constant, not a weight.
+        """
+        if self.grid_size is None:
+            raise ValueError(f"Layer '{self.name}' counts its weights only with a known `grid_size`.")
+        position_rows = 0
+        if self.position_embedding == "learned":
+            position_rows = self.grid_size[0] * self.grid_size[1]
+            position_rows += self.num_prefix_tokens if self.prefix_position_embedding else 0
+        return (patch_features + 1) * self.hidden_dim + (self.num_prefix_tokens + position_rows) * self.hidden_dim
 
     def _resolve_grid(self, num_patches):
         if self.grid_size is not None:

@@ -102,6 +102,14 @@ class TransformerBlock(keras.layers.Layer):
             self.layer_scale1 = LayerScale(layer_scale_init, dtype=policy, name="layer_scale1")
             self.layer_scale2 = LayerScale(layer_scale_init, dtype=policy, name="layer_scale2")
 
+    def parameter_count(self, hidden_dim):
+        """Weights this block creates for tokens `hidden_dim` wide: its two LayerNorms (scale and offset),
+        the attention, the MLP and the LayerScales, each counted by the layer itself."""
+        count = 2 * (2 * hidden_dim) + self.attention.parameter_count(hidden_dim) + self.mlp.parameter_count(hidden_dim)
+        for layer_scale in (self.layer_scale1, self.layer_scale2):
+            count += layer_scale.parameter_count(hidden_dim) if layer_scale is not None else 0
+        return count
+
     def build(self, input_shape):
         if len(input_shape) != 3:
             raise ValueError(

@@ -12,6 +12,7 @@ from keras_vit.models.encoder import EncoderLayers, encode, encoder_layers, reso
 from keras_vit.models.hybrid import bit_resnet_stem
 from keras_vit.models.variants import parse_variant
 from keras_vit.utils import to_pair
+from keras_vit.utils.values import check_count, check_rate
 from keras_vit.utils.resample import resample_position_embedding
 
 
@@ -19,13 +20,6 @@ from keras_vit.utils.resample import resample_position_embedding
 # them are typos (a ViT-H/14 has 1280 wide tokens in 32 blocks).
 LIMITS = {"image_size": 8192, "hidden_dim": 65536, "num_layers": 1000, "mlp_dim": 262144, "num_channels": 1024,
           "num_register_tokens": 1024, "tokens": 65536}
-
-
-def estimate_parameters(patch_features, hidden_dim, num_layers, mlp_dim, tokens, layer_scale=False):
-    """The parameter count of a ViT encoder by arithmetic (stem excluded)."""
-    d = hidden_dim
-    per_block = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + (2 * d * mlp_dim + mlp_dim + d) + (2 * d if layer_scale else 0)
-    return (patch_features * d + d) + tokens * d + d + num_layers * per_block + 2 * d
 
 
 def check_limit(value, key, where="ViTBackbone"):
@@ -147,44 +141,20 @@ class ViTBackbone(ViTModel, keras.Model):
         self.check_arguments(kwargs)
         image_size = to_pair(image_size, "image_size")
         patch_size = to_pair(patch_size, "patch_size")
-        _check_positive_int(num_channels=num_channels, hidden_dim=hidden_dim, num_layers=num_layers,
-                            num_heads=num_heads, mlp_dim=mlp_dim)
-        if not isinstance(num_register_tokens, int) or isinstance(num_register_tokens, bool) or num_register_tokens < 0:
-            raise ValueError(
-                f"`num_register_tokens` must be an int >= 0. Received: num_register_tokens={num_register_tokens!r}"
-            )
-        check_limit(max(image_size), "image_size")
-        for key, value in (("hidden_dim", hidden_dim), ("num_layers", num_layers), ("mlp_dim", mlp_dim),
-                           ("num_channels", num_channels), ("num_register_tokens", num_register_tokens)):
+        # The backbone's own arguments. Every layer checks the arguments it takes as it is made
+        # below (widths, heads, rates, position embedding, register tokens), before any weight exists.
+        check_count(num_channels, "num_channels")
+        check_count(num_layers, "num_layers")
+        check_rate(drop_path_rate, "drop_path_rate")
+        for key, value in (("image_size", max(image_size)), ("num_channels", num_channels),
+                           ("num_layers", num_layers)):
             check_limit(value, key)
-        num_prefix_tokens = int(bool(use_class_token)) + num_register_tokens
-        if stem is None:
-            check_limit(num_prefix_tokens + (image_size[0] // patch_size[0]) * (image_size[1] // patch_size[1]),
-                        "tokens")
-        check_parameter_count(
-            estimate_parameters(patch_size[0] * patch_size[1] * num_channels, hidden_dim, num_layers, mlp_dim,
-                                num_prefix_tokens, layer_scale_init is not None), "ViTBackbone")
-        if position_embedding not in ("learned", "sincos2d", "none"):
-            raise ValueError(
-                "Unknown `position_embedding`. Use one of ('learned', 'sincos2d', 'none'). "
-                f"Received: position_embedding={position_embedding!r}"
-            )
         if stem is not None and not isinstance(stem, keras.layers.Layer):
             raise ValueError(
                 "`stem` must be a Keras layer or model that maps images to a feature map, for example "
                 "`keras_vit.models.bit_resnet_stem((3, 4, 9))`, or None. For a named hybrid use "
                 f"`ViTBackbone.from_variant('R50+ViT-B/16')`. Received: stem={stem!r}"
             )
-        for key, value in (("dropout", dropout), ("attention_dropout", attention_dropout)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-                raise ValueError(f"`{key}` must be a number in [0, 1). Received: {key}={value!r}")
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"`hidden_dim` must be divisible by `num_heads` so each head gets "
-                f"an equal share. Received: hidden_dim={hidden_dim}, num_heads={num_heads}"
-            )
-        if not 0.0 <= drop_path_rate < 1.0:
-            raise ValueError(f"`drop_path_rate` must be in [0, 1). Received: drop_path_rate={drop_path_rate}")
 
         # === Layers ===
         images = keras.Input(shape=image_size + (num_channels,), name="images")
@@ -194,7 +164,7 @@ class ViTBackbone(ViTModel, keras.Model):
         )
         if stem is None:
             check_image_shape((None,) + image_size + (num_channels,), patch_size)
-            feature_rows, feature_cols = image_size
+            feature_rows, feature_cols, feature_channels = image_size + (num_channels,)
         else:
             # A symbolic call builds the stem and gives its feature-map shape,
             # which sizes the patch grid.
@@ -205,9 +175,7 @@ class ViTBackbone(ViTModel, keras.Model):
                     f"width, channels). Received a stem output of shape {features.shape}."
                 )
             check_image_shape(features.shape, patch_size, layer_name="The stem's feature map")
-            feature_rows, feature_cols = features.shape[1], features.shape[2]
-            check_limit(num_prefix_tokens + (feature_rows // patch_size[0]) * (feature_cols // patch_size[1]),
-                        "tokens")
+            feature_rows, feature_cols, feature_channels = features.shape[1:]
         grid_size = (feature_rows // patch_size[0], feature_cols // patch_size[1])
         patch_encoder = PatchEncoder(
             hidden_dim,
@@ -222,8 +190,9 @@ class ViTBackbone(ViTModel, keras.Model):
         )
         # Stochastic depth grows linearly with depth, as in DeiT and timm.
         drop_path_rates = np.linspace(0.0, drop_path_rate, num_layers) if num_layers > 1 else [drop_path_rate]
-        blocks = [
-            TransformerBlock(
+
+        def transformer_block(index):
+            return TransformerBlock(
                 num_heads,
                 mlp_dim,
                 dropout=dropout,
@@ -236,8 +205,27 @@ class ViTBackbone(ViTModel, keras.Model):
                 dtype=dtype,
                 name=f"transformer_block_{index}",
             )
-            for index in range(num_layers)
-        ]
+
+        first_block = transformer_block(0)
+
+        # Rules across layers, checked before any weight is created: typo-sized widths and token
+        # counts, heads that share the width, and the parameter count each layer gives for itself.
+        for key, value in (("hidden_dim", hidden_dim), ("mlp_dim", mlp_dim),
+                           ("num_register_tokens", num_register_tokens),
+                           ("tokens", patch_encoder.num_prefix_tokens + grid_size[0] * grid_size[1])):
+            check_limit(value, key)
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"`hidden_dim` must be divisible by `num_heads` so each head gets "
+                f"an equal share. Received: hidden_dim={hidden_dim}, num_heads={num_heads}"
+            )
+        final_norm_parameters = 2 * hidden_dim if final_norm else 0  # a LayerNorm's scale and offset
+        check_parameter_count(
+            patch_encoder.parameter_count(patch_size[0] * patch_size[1] * feature_channels)
+            + num_layers * first_block.parameter_count(hidden_dim) + final_norm_parameters,
+            "ViTBackbone",
+        )
+        blocks = [first_block] + [transformer_block(index) for index in range(1, num_layers)]
         norm = None
         if final_norm:
             norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
@@ -505,9 +493,3 @@ def check_images_rank(images):
     shape = getattr(images, "shape", None)
     if shape is not None and len(shape) != 4:
         check_image_shape(tuple(shape), (1, 1), layer_name="The model")
-
-
-def _check_positive_int(**arguments):
-    for name, value in arguments.items():
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")

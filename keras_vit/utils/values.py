@@ -1,4 +1,4 @@
-"""Argument helpers: image-size pairs and per-channel values."""
+"""Argument helpers: image-size pairs, per-channel values, counts and rates."""
 
 import math
 import numbers
@@ -6,6 +6,25 @@ import numbers
 
 def _is_int(value):
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_count(value, name, minimum=1):
+    """Refuse anything but an int of at least `minimum` (a bool is not a count).
+
+    Args:
+        value: the argument.
+        name: str. Its name, for the message.
+        minimum: int. `1` for sizes, `0` for optional counts. Defaults to `1`.
+    """
+    if not _is_int(value) or value < minimum:
+        kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"`{name}` must be {kind}. Received: {name}={value!r}")
+
+
+def check_rate(value, name):
+    """Refuse a dropout-like rate outside [0, 1) (a rate of 1 drops everything)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
 
 
 def to_pair(value, name, minimum=1):
