@@ -155,11 +155,8 @@ class TransformerBlock(keras.layers.Layer):
         return input_shape
 
     def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
-        outputs = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return outputs
-        batch, tokens = inputs.shape[0], inputs.shape[1]
-        return outputs, keras.KerasTensor((batch, self.num_heads, tokens, tokens), dtype="float32")
+        # The residual branches keep the attention's output shape, and the scores are the attention's own.
+        return self.attention.compute_output_spec(inputs, training, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()
