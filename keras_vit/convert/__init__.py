@@ -5,12 +5,11 @@ source tensor used or explicitly ignored, shapes checked). Files are never
 unpickled.
 """
 
-from keras_vit.convert.google import from_npz
 from keras_vit.convert.huggingface import export_huggingface, from_huggingface
 from keras_vit.convert.io import read_npz, read_safetensors, write_safetensors
-from keras_vit.convert.loader import load_checkpoint
+from keras_vit.convert.loader import from_npz, from_timm, load_checkpoint
 from keras_vit.utils.resample import resample_position_embedding
-from keras_vit.convert.timm import export_timm, from_timm
+from keras_vit.convert.timm import export_timm
 
 __all__ = [
     "export_huggingface",

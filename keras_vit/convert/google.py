@@ -17,12 +17,12 @@ import re
 import numpy as np
 
 from keras_vit.convert.model_map import check_tensors
-from keras_vit.convert.timm import from_timm
+from keras_vit.convert.timm import from_timm_vit
 
 _PREFIXES = ("opt/target/", "params/img/", "params/", "")
 
 
-def _find_prefix(arrays):
+def find_npz_prefix(arrays):
     for prefix in _PREFIXES:
         if f"{prefix}embedding/kernel" in arrays:
             return prefix
@@ -65,7 +65,7 @@ def npz_to_timm(arrays):
         `(timm_state_dict, num_heads)`. Raises a `ValueError` listing any
         array it cannot place.
     """
-    prefix = _find_prefix(arrays)
+    prefix = find_npz_prefix(arrays)
     w = {k[len(prefix) :]: np.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}
     # Outside the parameters, only optimizer state (`opt/state/...` beside
     # `opt/target/`) is expected; it is deliberately ignored.
@@ -145,8 +145,13 @@ def npz_to_timm(arrays):
     return out, int(num_heads)
 
 
-def from_npz(arrays, *, image_size=None, interpolation="bicubic", antialias=True, include_head=True, **overrides):
-    """Build a keras_vit model from a Google ViT `.npz` checkpoint.
+def is_npz_hybrid(arrays):
+    """Whether a Google `.npz` holds a hybrid ViT (R50+ViT-B/16, R26+ViT-S/32, ...: a ResNet root conv)."""
+    return any(key.endswith("conv_root/kernel") for key in arrays)
+
+
+def from_npz_vit(arrays, *, image_size=None, interpolation="bicubic", antialias=True, include_head=True, **overrides):
+    """Build a keras_vit model from a Google ViT `.npz` checkpoint (plain ViTs; `keras_vit.convert.from_npz` also reads hybrids).
 
     The head count comes from the attention kernels, the image size from
     the (square) position-embedding grid, LayerNorm epsilon is Flax's 1e-6
@@ -164,19 +169,14 @@ def from_npz(arrays, *, image_size=None, interpolation="bicubic", antialias=True
         A `ViTClassifier` (probabilities unless `activation=None`, plus the `tanh` pre-logits layer when
         the checkpoint has one) or a `ViTBackbone`.
     """
-    if any(k.endswith("conv_root/kernel") for k in arrays):
-        # A hybrid (R50+ViT-B/16, R26+ViT-S/32, ...): the ResNet has its own converter.
-        from keras_vit.convert.hybrid import from_npz_hybrid
-
-        return from_npz_hybrid(
-            arrays, image_size=image_size, interpolation=interpolation, antialias=antialias,
-            include_head=include_head, **overrides,
-        )
+    if is_npz_hybrid(arrays):
+        raise ValueError("This .npz holds a hybrid ViT (a ResNet root conv): convert it with "
+                         "`keras_vit.convert.from_npz`, which reads hybrids too.")
     state_dict, num_heads = npz_to_timm(arrays)
     # The original training code maps [0, 255] pixels to [-1, 1].
     channels = state_dict["patch_embed.proj.weight"].shape[1]
     config = {"model_args": {"num_heads": num_heads}, "pretrained_cfg": {"mean": (0.5,) * channels, "std": (0.5,) * channels}}
-    return from_timm(
+    return from_timm_vit(
         state_dict,
         config=config,
         image_size=image_size,

@@ -22,7 +22,9 @@ import re
 
 import numpy as np
 
+from keras_vit.convert.google import find_npz_prefix, npz_to_timm
 from keras_vit.convert.model_map import build_model, config_pair
+from keras_vit.convert.timm import timm_spec
 from keras_vit.models.hybrid import bit_resnet_stem
 
 BACKBONE_PREFIX = "patch_embed.backbone."
@@ -154,8 +156,6 @@ def from_timm_hybrid(
         A `ViTClassifier` (probabilities unless `activation=None`) or a `ViTBackbone` whose `stem` is the
         converted BiT ResNet.
     """
-    from keras_vit.convert.timm import timm_spec
-
     state_dict = {k: np.asarray(v) for k, v in state_dict.items()}
     stem_arguments, num_channels, stem_entries = hybrid_stem_spec(state_dict)
     stride = _output_stride(stem_arguments["stage_depths"])
@@ -218,9 +218,7 @@ def npz_hybrid_to_timm(arrays):
     Returns:
         `(timm_state_dict, num_heads)`.
     """
-    from keras_vit.convert.google import _find_prefix, npz_to_timm
-
-    prefix = _find_prefix(arrays)
+    prefix = find_npz_prefix(arrays)
     resnet = {k[len(prefix):]: np.asarray(v) for k, v in arrays.items()
               if k.startswith(prefix) and _RESNET_KEY.match(k[len(prefix):])}
     rest = {k: v for k, v in arrays.items() if not (k.startswith(prefix) and _RESNET_KEY.match(k[len(prefix):]))}

@@ -1,17 +1,94 @@
-"""`load_checkpoint`: one entry point that recognises the checkpoint format."""
+"""`load_checkpoint`, and the loaders that `convert.formats.FORMATS` names for the converted formats.
+
+Every loader takes `(path, *, image_size=None, include_head=True,
+load_weights=True, where=None, **options)` and returns a keras_vit model.
+"""
 
 import os
 
-from keras_vit.convert.formats import detect_format
+from keras_vit.convert.formats import FORMATS, detect_format
+from keras_vit.convert.google import from_npz_vit, is_npz_hybrid
+from keras_vit.convert.hybrid import from_npz_hybrid, from_timm_hybrid
 from keras_vit.convert.io import PICKLE_SUFFIXES, pickle_refusal, read_npz, read_safetensors_with_metadata
+from keras_vit.convert.timm import from_timm_vit, is_timm_hybrid
 from keras_vit.utils.files import read_json_object
 
 _SAFETENSORS_NAMES = ("model.safetensors", "open_clip_model.safetensors")
 
 
+def from_timm(state_dict, **options):
+    """Build a keras_vit model from a timm ViT state dict, plain or hybrid.
+
+    A hybrid (a ResNet stem under `patch_embed.backbone.`) goes to
+    `keras_vit.convert.hybrid.from_timm_hybrid`, which builds on the plain
+    mapping; anything else to `keras_vit.convert.timm.from_timm_vit`, whose
+    docstring lists the arguments (`config`, `image_size`, `interpolation`,
+    `antialias`, `include_head`, `source_image_size`, `allow_non_finite`,
+    and model arguments that replace inferred ones).
+    """
+    if is_timm_hybrid(state_dict):
+        return from_timm_hybrid(state_dict, **options)
+    return from_timm_vit(state_dict, **options)
+
+
+def from_npz(arrays, **options):
+    """Build a keras_vit model from a Google `.npz` checkpoint, plain or hybrid.
+
+    A hybrid (a ResNet root conv) goes to `keras_vit.convert.hybrid.from_npz_hybrid`;
+    anything else to `keras_vit.convert.google.from_npz_vit` (see it for the
+    arguments).
+    """
+    if is_npz_hybrid(arrays):
+        return from_npz_hybrid(arrays, **options)
+    return from_npz_vit(arrays, **options)
+
+
+def _architecture_only(model, load_weights):
+    """The model itself, or with `load_weights=False` a fresh copy of its architecture (random weights)."""
+    return model if load_weights else model.__class__.from_config(model.get_config())
+
+
+def load_checkpoint_directory(path, *, load_weights=True, where=None, **options):
+    """The `huggingface` row's loader (and a timm hub directory's): config.json + model.safetensors."""
+    return _architecture_only(_load_directory(path, detect_format(path), **options), load_weights)
+
+
+def load_timm_checkpoint(path, *, load_weights=True, where=None, **options):
+    """The `timm` row's loader: a hub directory or a `.safetensors` state dict (or `export_timm`'s file)."""
+    from keras_vit.convert.huggingface import is_huggingface_state_dict
+    from keras_vit.convert.timm import timm_config_from_metadata
+
+    if os.path.isdir(path):
+        return load_checkpoint_directory(path, load_weights=load_weights, **options)
+    state_dict, metadata = read_safetensors_with_metadata(path)
+    config = timm_config_from_metadata(metadata)
+    sibling = os.path.join(os.path.dirname(path), "config.json")
+    if config is None and os.path.basename(path) in _SAFETENSORS_NAMES and os.path.exists(sibling):
+        return load_checkpoint_directory(os.path.dirname(path) or ".", load_weights=load_weights, **options)
+    if is_huggingface_state_dict(state_dict):
+        raise ValueError(
+            f"{path} holds Hugging Face ViT weights; pass the directory with its config.json "
+            "(the config carries the head count and epsilon)."
+        )
+    return _architecture_only(from_timm(state_dict, config=config, **options), load_weights)
+
+
+def load_npz_checkpoint(path, *, load_weights=True, where=None, **options):
+    """The `npz` row's loader: Google's vision_transformer or big_vision `.npz`."""
+    return _architecture_only(from_npz(read_npz(path), **options), load_weights)
+
+
+def load_kerashub_checkpoint(path, *, image_size=None, include_head=True, load_weights=True, where=None,
+                             activation="softmax", **resampling):
+    """The `kerashub` row's loader: a keras-hub ViT preset directory (its own image converter's size)."""
+    from keras_vit.convert.kerashub import load_kerashub_preset
+
+    model = load_kerashub_preset(path, include_head=include_head, image_size=image_size, activation=activation)
+    return _architecture_only(model, load_weights)
+
+
 def _load_directory(directory, fmt, **kwargs):
     from keras_vit.convert.huggingface import from_huggingface
-    from keras_vit.convert.timm import from_timm
 
     config_path = os.path.join(directory, "config.json")
     weights_path = next(
@@ -76,39 +153,10 @@ def load_checkpoint(
         `activation=None` for the logits the source library computes. Both
         carry the checkpoint's pixel preprocessing: feed raw [0, 255] images.
     """
-    from keras_vit.convert.google import from_npz
-    from keras_vit.convert.huggingface import from_huggingface, is_huggingface_state_dict
-    from keras_vit.convert.timm import from_timm, timm_config_from_metadata
-
-    kwargs = dict(
-        image_size=image_size, interpolation=interpolation, antialias=antialias, include_head=include_head, **overrides
-    )
     path = os.fspath(source)
-    fmt = detect_format(path)
-    if fmt == "keras_vit":
-        raise ValueError(
-            f"{path} is a keras_vit preset, not a checkpoint to convert; load it with "
-            f"`keras_vit.ViTClassifier.from_preset({path!r})` (or ViTBackbone.from_preset)."
-        )
-    if fmt == "kerashub":
-        from keras_vit.convert.kerashub import load_kerashub_preset
-
-        return load_kerashub_preset(path, include_head=include_head, image_size=image_size,
-                                    activation=overrides.get("activation", "softmax"))
-    if os.path.isdir(path):
-        return _load_directory(path, fmt, **kwargs)
-    if fmt == "npz":
-        return from_npz(read_npz(path), **kwargs)
-    if fmt == "timm":
-        state_dict, metadata = read_safetensors_with_metadata(path)
-        config = timm_config_from_metadata(metadata)
-        sibling = os.path.join(os.path.dirname(path), "config.json")
-        if config is None and os.path.basename(path) in _SAFETENSORS_NAMES and os.path.exists(sibling):
-            directory = os.path.dirname(path) or "."
-            return _load_directory(directory, detect_format(directory), **kwargs)
-        if is_huggingface_state_dict(state_dict):
-            raise ValueError(
-                f"{path} holds Hugging Face ViT weights; pass the directory with its config.json "
-                "(the config carries the head count and epsilon)."
-            )
-        return from_timm(state_dict, config=config, **kwargs)
+    row = FORMATS[detect_format(path)]
+    if row.load_instead:
+        raise ValueError(f"{path} is {row.description}: not a checkpoint to convert. Load it with "
+                         f"{row.load_instead.format(path=repr(path))}.")
+    return row.load(path, image_size=image_size, interpolation=interpolation, antialias=antialias,
+                    include_head=include_head, **overrides)

@@ -201,7 +201,12 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
     return backbone_config, head_config, grid, ignored
 
 
-def from_timm(
+def is_timm_hybrid(state_dict):
+    """Whether a timm state dict is a hybrid ViT (a ResNet stem under `patch_embed.backbone.`)."""
+    return any(key.startswith("patch_embed.backbone.") for key in state_dict)
+
+
+def from_timm_vit(
     state_dict,
     *,
     config=None,
@@ -213,7 +218,7 @@ def from_timm(
     allow_non_finite=False,
     **overrides,
 ):
-    """Build a keras_vit model from a timm ViT state dict.
+    """Build a keras_vit model from a timm ViT state dict (plain ViTs; `keras_vit.convert.from_timm` also reads hybrids).
 
     The architecture is read from the tensors themselves (width, depth, MLP
     width, patch size, class and register tokens, `no_embed_class`,
@@ -247,15 +252,9 @@ def from_timm(
         logits), or a `ViTBackbone`.
     """
     state_dict = {k: np.asarray(v) for k, v in state_dict.items()}
-    if any(k.startswith("patch_embed.backbone.") for k in state_dict):
-        # A hybrid: its CNN stem has its own converter, which reuses this one for the ViT.
-        from keras_vit.convert.hybrid import from_timm_hybrid
-
-        return from_timm_hybrid(
-            state_dict, config=config, image_size=image_size, interpolation=interpolation, antialias=antialias,
-            include_head=include_head, source_image_size=source_image_size,
-            allow_non_finite=allow_non_finite, **overrides,
-        )
+    if is_timm_hybrid(state_dict):
+        raise ValueError("This timm state dict is a hybrid ViT (a ResNet stem under `patch_embed.backbone.`): "
+                         "convert it with `keras_vit.convert.from_timm`, which reads hybrids too.")
     backbone_config, head_config, grid, ignored = timm_spec(
         state_dict, config, include_head=include_head, source_image_size=source_image_size, **overrides
     )

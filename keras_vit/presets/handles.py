@@ -15,14 +15,12 @@ A handle is one of:
 
 import os
 
-from keras_vit.convert.formats import detect_config_format
+from keras_vit.convert.formats import FORMATS, detect_config_format
 from keras_vit.presets import hub
-from keras_vit.presets.keras_vit_format import CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE
+from keras_vit.presets.keras_vit_format import CONFIG_FILE
 from keras_vit.utils.files import read_json_object
 from keras_vit.presets.registry import PRESETS
 from keras_vit.utils.files import recover_directory
-
-_HF_WEIGHTS = "model.safetensors"
 
 
 def describe_handles():
@@ -73,24 +71,17 @@ def hub_files(handle, revision=None, sha256=None, weights_format=None):
     revision = hub.commit_of(config_path) or revision
     if weights_format is None:
         weights_format = detect_config_format(read_json_object(config_path, handle), f"{handle}/{CONFIG_FILE}")
-    if weights_format == "kerashub":
-        hub.fetch(repo_id, WEIGHTS_FILE, revision, sha256=sha256)
-        for optional in ("task.json", "task.weights.h5", "image_converter.json", "preprocessor.json"):
-            try:
-                hub.fetch(repo_id, optional, revision)
-            except FileNotFoundError:
-                pass
-        return "kerashub", os.path.dirname(config_path)
-    if weights_format == "keras_vit":
-        hub.fetch(repo_id, METADATA_FILE, revision)
-        hub.fetch(repo_id, WEIGHTS_FILE, revision, sha256=sha256)
-        return "keras_vit", os.path.dirname(config_path)
-    hub.fetch(repo_id, _HF_WEIGHTS, revision, sha256=sha256)
-    if weights_format == "huggingface":
-        # Preprocessing (mean / std) of a transformers model lives beside its config; optional.
+    row = FORMATS[weights_format]
+    if not row.hub_files:
+        raise ValueError(f"{handle}: {row.description} is not read from a hub repository; download the file "
+                         "and pass its path.")
+    weights, *required = row.hub_files
+    hub.fetch(repo_id, weights, revision, sha256=sha256)
+    for name in required:
+        hub.fetch(repo_id, name, revision)
+    for name in row.optional_hub_files:
         try:
-            hub.fetch(repo_id, "preprocessor_config.json", revision)
+            hub.fetch(repo_id, name, revision)
         except FileNotFoundError:
             pass
-    # Both Hugging Face and timm hub folders (config.json + model.safetensors) load with load_checkpoint.
     return weights_format, os.path.dirname(config_path)

@@ -192,6 +192,15 @@ def save_to_preset(model, directory, **metadata):
             json.dump(info, file, indent=2, default=_json_default)
 
 
+def load_preset_directory(path, *, load_weights=True, where=None, **options):
+    """The `keras_vit` row's loader (`keras_vit.convert.formats.FORMATS`): a preset as it was saved.
+
+    The size and head options of other formats do not apply: `from_preset`
+    adapts the loaded model afterwards.
+    """
+    return load_keras_vit(path, load_weights, where or path)
+
+
 def load_keras_vit(directory, load_weights, where):
     """Read a keras_vit preset directory into a model."""
     recover_directory(directory)  # a save killed between its two renames (systems without an exchange)

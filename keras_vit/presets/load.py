@@ -6,18 +6,12 @@ the loader never edits serialized configs.
 
 import os
 
-from keras_vit.convert.formats import detect_format
+from keras_vit.convert.formats import FORMATS, detect_format
 from keras_vit.presets.handles import hub_files, resolve
-from keras_vit.presets.keras_vit_format import load_keras_vit, model_classes
+from keras_vit.presets.keras_vit_format import model_classes
 from keras_vit.utils import to_pair
 
 TARGETS = ("classifier", "backbone")
-
-
-def _load_converted(path, image_size, include_head=True):
-    from keras_vit.convert import load_checkpoint
-
-    return load_checkpoint(path, image_size=image_size, include_head=include_head)
 
 
 def _build_registry_model(entry, image_size=None):
@@ -106,23 +100,14 @@ def load_preset(handle, target="classifier", image_size=None, num_classes=None, 
             path = value
             fmt = detect_format(path)
         where = handle if kind != "local" else path
-        if fmt == "keras_vit":
-            model = load_keras_vit(path, load_weights, where)
-        elif fmt == "kerashub":
-            from keras_vit.convert.kerashub import load_kerashub_preset
-
-            model = load_kerashub_preset(path)
-            if not load_weights:
-                model = model.__class__.from_config(model.get_config())
-        else:
-            # A registry entry without a head (num_classes None) may still name a file that carries
-            # an unusable one (timm's R50+ViT-B/16 in21k keeps its head but not its pre-logits layer).
-            include_head = entry is None or entry["num_classes"] is not None
-            model = _load_converted(path, image_size, include_head)
-            if entry is not None:
-                _check_against_entry(model, entry, handle, image_size)
-            if not load_weights:
-                model = model.__class__.from_config(model.get_config())
+        row = FORMATS[fmt]
+        # A registry entry without a head (num_classes None) may still name a file that carries
+        # an unusable one (timm's R50+ViT-B/16 in21k keeps its head but not its pre-logits layer).
+        include_head = entry is None or entry["num_classes"] is not None
+        model = row.load(path, image_size=image_size, include_head=include_head, load_weights=load_weights,
+                         where=where)
+        if entry is not None and load_weights:
+            _check_against_entry(model, entry, handle, image_size)
         if entry is not None and entry["class_names"] and getattr(model, "num_classes", None) == entry["num_classes"]:
             model.class_names = entry["class_names"]
     if target not in TARGETS:
