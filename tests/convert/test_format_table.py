@@ -40,8 +40,11 @@ def test_detection_asks_the_rows_in_order():
     assert formats.detect_config_format({"model_type": "vit"}) == "huggingface"
     assert formats.detect_config_format({"registered_name": "keras_hub>ViTBackbone", "class_name": "a",
                                          "format_version": 1}) == "kerashub"
-    with pytest.raises(ValueError, match="not a config keras_vit can load"):
+    with pytest.raises(ValueError, match="not a config keras_vit can load") as refused:
         formats.detect_config_format({"nothing": 1})
+    # The refusal lists the directory formats from the rows, so a new row needs no new message.
+    for name, row in formats.FORMATS.items():
+        assert (f"- {name}: {row.description}" in str(refused.value)) == (row.claims_config is not None)
 
 
 def test_a_new_source_is_one_row(monkeypatch, tmp_path):
