@@ -36,10 +36,10 @@ def _destination_format(destination, requested):
 
 
 def add_arguments(parser):
-    parser.add_argument(
-        "source", help="a timm .safetensors file, a Hugging Face / timm hub directory, a Google .npz, or a keras_vit "
-             ".keras model"
-    )
+    from keras_vit.convert.formats import FORMATS
+
+    # The formats come from the one table, so a new checkpoint source shows up here without an edit.
+    parser.add_argument("source", help="the checkpoint: " + "; ".join(row.description for row in FORMATS.values()))
     parser.add_argument("destination", help="output: .keras (whole model), .weights.h5, .safetensors (timm) or a "
                                             "directory with --to huggingface")
     parser.add_argument("--to", choices=OUTPUT_FORMATS, default="auto", help="output format (default: from the file name)")

@@ -176,10 +176,8 @@ def detect_config_format(config, where="config.json"):
         for name, row in FORMATS.items():
             if row.claims_config is not None and row.claims_config(config):
                 return name
-    raise ValueError(
-        f"{where} is not a config keras_vit can load: it is neither a keras_vit preset (format_version + "
-        "class_name), a Hugging Face ViT (model_type) nor a timm hub config (architecture)."
-    )
+    directories = "\n".join(f"- {name}: {row.description}" for name, row in FORMATS.items() if row.claims_config)
+    raise ValueError(f"{where} is not a config keras_vit can load. A checkpoint directory is one of:\n{directories}")
 
 
 def detect_format(path):
@@ -209,8 +207,9 @@ def detect_format(path):
         if pickles:
             raise pickle_refusal(os.path.join(path, pickles[0]))
         raise ValueError(
-            f"The directory {path} holds neither a keras_vit preset ({', '.join(KERAS_VIT_FILES)}) nor a "
-            f"Hugging Face / timm model (config.json + model.safetensors). Found: {sorted(names) or 'nothing'}."
+            f"The directory {path} holds neither a keras_vit preset ({', '.join(KERAS_VIT_FILES)}) nor another "
+            f"checkpoint directory (a {CONFIG_FILE} and its weights). Found: {sorted(names) or 'nothing'}. "
+            f"keras_vit loads:\n{describe_formats()}"
         )
     lower = path.lower()
     if lower.endswith(PICKLE_SUFFIXES):

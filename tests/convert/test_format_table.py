@@ -40,11 +40,14 @@ def test_detection_asks_the_rows_in_order():
     assert formats.detect_config_format({"model_type": "vit"}) == "huggingface"
     assert formats.detect_config_format({"registered_name": "keras_hub>ViTBackbone", "class_name": "a",
                                          "format_version": 1}) == "kerashub"
-    with pytest.raises(ValueError, match="not a config keras_vit can load"):
+    with pytest.raises(ValueError, match="not a config keras_vit can load") as refused:
         formats.detect_config_format({"nothing": 1})
+    # The refusal lists the directory formats from the rows, so a new row needs no new message.
+    for name, row in formats.FORMATS.items():
+        assert (f"- {name}: {row.description}" in str(refused.value)) == (row.claims_config is not None)
 
 
-def test_a_new_source_is_one_row(monkeypatch, tmp_path):
+def test_a_new_source_is_one_row(monkeypatch, tmp_path, capsys):
     """A format added as one row is detected, loaded by load_checkpoint and by from_preset, and in the help."""
     monkeypatch.setitem(formats.FORMATS, "fake", formats.CheckpointFormat(
         "a test checkpoint (a seed in a text file)", f"{__name__}:load_fake_checkpoint", suffixes=(FAKE_SUFFIX,)))
@@ -53,6 +56,11 @@ def test_a_new_source_is_one_row(monkeypatch, tmp_path):
         file.write("7")
     assert formats.detect_format(path) == "fake"
     assert "- fake: a test checkpoint" in formats.describe_formats()
+    from keras_vit.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    assert "a test checkpoint (a seed in a text file)" in " ".join(capsys.readouterr().out.split())
     expected = load_fake_checkpoint(path).get_weights()
     converted = load_checkpoint(path)
     preset = load_preset(path, target="backbone")
