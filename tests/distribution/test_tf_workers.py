@@ -17,6 +17,13 @@ replicas, which the multi-worker strategy cannot do eagerly (Keras issue
 The check can fail: in a manual run with the optimizer's cross-replica
 gradient sum turned off, the same job ended with losses 0.70 / 0.88 instead of
 0.74 / 0.99 and weights up to 0.44 away from one process's.
+
+Through the command line, `keras-vit finetune --distribute data` runs as two
+workers (each with its `TF_CONFIG`); worker 1 is killed after the first epoch
+checkpoint (then worker 0, as a launcher would end the job), and the same
+command then resumes both workers from worker 0's checkpoint to the weights of
+an uninterrupted two-worker run. Every worker is bounded by a timeout and
+killed by the test, pass or fail.
 """
 
 import json
