@@ -41,7 +41,8 @@ from tests.distribution.jobs import ROOT, epochs_done, finish, free_port
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_workers_worker.py")
 TIMEOUT = 240
 
-pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow workers; the tensorflow pass")
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                                reason="TensorFlow workers; the tensorflow pass")
 
 
 def run_workers(ports, out):
