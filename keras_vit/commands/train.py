@@ -40,8 +40,8 @@ def add_distribute_argument(parser):
     parser.add_argument(
         "--distribute", choices=("data", "model"), default=None,
         help="train on every device: 'data' copies the model to each (JAX keras.distribution; TensorFlow "
-        "MirroredStrategy, TPUStrategy when TPU_NAME is set; PyTorch: one process per device under torchrun, "
-        "gradients averaged), 'model' also splits the weights over the devices of a host (JAX only). "
+        "MirroredStrategy, TPUStrategy when TPU_NAME is set, MultiWorkerMirroredStrategy when TF_CONFIG names "
+        "several workers; PyTorch: one process per device under torchrun, gradients averaged), 'model' also splits the weights over the devices of a host (JAX only). "
         "--batch-size is the global batch. Default: one device",
     )
     parser.add_argument(
@@ -54,8 +54,9 @@ def add_distribute_argument(parser):
 def run_distributed(args, body):
     """`body(distribution)` inside `--distribute`'s distribution, or `body(None)` without the flag.
 
-    In a job of several processes (torchrun), only process 0 prints: the
-    others' standard output is discarded (errors still reach standard error).
+    In a job of several processes (torchrun, JAX's processes, TensorFlow
+    workers named by TF_CONFIG), only process 0 prints: the others' standard
+    output is discarded (errors still reach standard error).
 
     Raises:
         UsageError: the backend or the launch cannot give that distribution.

@@ -8,8 +8,10 @@ checkpoints, logs and models.
 
 On PyTorch the job is `torch.distributed`'s process group (started by
 `keras_vit.distribution.torch_processes.initialize()` under `torchrun`); on
-JAX it is `jax.distributed` (started by `keras.distribution.initialize()`).
-A single process is process 0 of 1.
+JAX it is `jax.distributed` (started by `keras.distribution.initialize()`);
+on TensorFlow it is the `MultiWorkerMirroredStrategy` of the workers that
+`TF_CONFIG` names (`keras_vit.distribution.tf_workers`). A single process is
+process 0 of 1.
 """
 
 import json
@@ -28,8 +30,18 @@ def _torch_group():
     return None
 
 
+def _tf_job():
+    """`(index, count)` in a multi-worker TensorFlow job, or `None` (another backend, or one process)."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    from keras_vit.distribution import tf_workers
+
+    return tf_workers.job()
+
+
 def _job():
-    """`(index, count)` of this process in its job: torch.distributed's group, JAX's processes, or (0, 1)."""
+    """`(index, count)` of this process in its job: torch.distributed's group, JAX's processes,
+    TensorFlow's workers, or (0, 1)."""
     group = _torch_group()
     if group is not None:
         return group.get_rank(), group.get_world_size()
@@ -37,7 +49,7 @@ def _job():
         import jax
 
         return jax.process_index(), jax.process_count()
-    return 0, 1
+    return _tf_job() or (0, 1)
 
 
 def process_count():
@@ -63,19 +75,31 @@ def barrier(name="keras_vit"):
     if group is not None:
         group.barrier()
         return
+    if _tf_job() is not None:
+        from keras_vit.distribution import tf_workers
+
+        tf_workers.barrier()
+        return
     from jax.experimental import multihost_utils
 
     multihost_utils.sync_global_devices(name)
 
 
 def saving_is_collective():
-    """True when every process must take part in saving a model (a multi-process JAX job).
+    """True when every process must take part in saving a model (a multi-process JAX or TensorFlow job).
 
     Keras reads a JAX array that spans the devices of several processes
     through collectives: process 0 cannot save alone, the others call the
     same save and discard what they wrote (`discarded_directory`).
+    TensorFlow workers follow the same rule, TensorFlow's own convention for
+    multi-worker saving: inside the strategy's scope (all of `fit`, its
+    callbacks included) Keras' saving creates a variable the first time
+    (`saving_lib.get_attr_skipset` builds a reference optimizer), which the
+    strategy makes with a broadcast from worker 0; saved by worker 0 alone,
+    it is met by the other workers' next collective instead ("Collective
+    instance ... expected type 0 ... but got type 1") and the job fails.
     """
-    return keras.backend.backend() == "jax" and process_count() > 1
+    return keras.backend.backend() in ("jax", "tensorflow") and process_count() > 1
 
 
 def discarded_directory():
@@ -106,6 +130,10 @@ def broadcast_json(value):
             buffer.copy_(torch.from_numpy(payload.copy()))
         group.broadcast(buffer, src=0)
         return json.loads(buffer.numpy().tobytes().decode("utf-8"))
+    if _tf_job() is not None:
+        from keras_vit.distribution import tf_workers
+
+        return tf_workers.broadcast_json(value, is_chief())
     from jax.experimental import multihost_utils
 
     length = int(multihost_utils.broadcast_one_to_all(np.int32(0 if payload is None else len(payload))))
@@ -187,3 +215,19 @@ def shard_for_processes(dataset):
         )
     dataset.shard = (process_index(), count)
     return dataset
+
+
+def fit_input(dataset):
+    """What `fit` and `evaluate` take for `dataset` in this job: the dataset itself, except on TensorFlow workers.
+
+    A sharded dataset (`shard_for_processes`) handed to `fit` under a
+    multi-worker TensorFlow strategy would be split by the strategy once
+    more; there it becomes the job's distributed dataset of each worker's
+    own batches (`tf_workers.worker_batches`). Keep the dataset itself for
+    `EpochSync` and the like.
+    """
+    if getattr(dataset, "shard", None) is None or _tf_job() is None:
+        return dataset
+    from keras_vit.distribution import tf_workers
+
+    return tf_workers.worker_batches(dataset)

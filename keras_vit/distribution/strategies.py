@@ -147,7 +147,9 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
     """The distribution of kind `"data"` or `"model"` for the current backend.
 
     JAX: `data_parallel()` or `model_parallel(model_parallelism)`.
-    TensorFlow: `tensorflow_strategy(tpu=tpu)` for `"data"`; model
+    TensorFlow: `tensorflow_strategy(tpu=tpu)` for `"data"`, or, when
+    `TF_CONFIG` names several workers, the job's
+    `MultiWorkerMirroredStrategy` (`tf_workers.strategy()`); model
     parallelism is JAX-only. PyTorch: `"data"` joins the processes of a
     `torchrun` job (`torch_processes.TorchDataParallel`; one process per
     device, gradients averaged across them); outside `torchrun` it raises
@@ -178,6 +180,10 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
                 "keras.distribution: set KERAS_BACKEND=jax. On TensorFlow use kind='data' "
                 "(MirroredStrategy, or TPUStrategy with a TPU). Received: kind='model', backend='tensorflow'"
             )
+        from keras_vit.distribution import tf_workers
+
+        if tpu is None and tf_workers.tf_config_job() is not None:
+            return tf_workers.strategy()  # TF_CONFIG names several workers: one process of a multi-worker job
         return tensorflow_strategy(tpu=tpu)
     if kind == "model":
         raise ValueError(

@@ -358,7 +358,7 @@ def finetune(
         )
     accuracy = held_out_loss = None
     if validation is not None:
-        scores = model.evaluate(validation, verbose=0, return_dict=True)
+        scores = model.evaluate(processes.fit_input(validation), verbose=0, return_dict=True)
         accuracy, held_out_loss = float(scores["accuracy"]), float(scores["loss"])
     if output is not None and processes.is_chief():  # one writer in a job of several processes
         model.save_to_preset(output, class_names=class_names)

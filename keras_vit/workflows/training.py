@@ -287,13 +287,14 @@ class EpochCheckpoint(keras.callbacks.Callback):
             self._pending_global_rng = None
 
     def on_epoch_end(self, epoch, logs=None):
+        # First, on every process alike (the logs are the job's): a save that is collective must be skipped by all.
+        if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
+            return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
         if not processes.is_chief():  # process 0 writes the job's checkpoint
             if processes.saving_is_collective():
                 with processes.discarded_directory() as scratch:
                     self.model.save_weights(os.path.join(scratch, CHECKPOINT_WEIGHTS))
             return
-        if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
-            return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
         state = {
             "epoch": epoch + 1,
             "settings": self.settings,
@@ -366,7 +367,8 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     process trains on its share of every global batch (the dataset is
     sharded here), process 0 alone prints progress and writes the backup and
     the log, and on PyTorch the gradients are averaged across processes
-    (`torch_processes.data_parallel`). A rerun after any process was killed
+    (`torch_processes.data_parallel`); TensorFlow workers average them
+    through their `MultiWorkerMirroredStrategy`. A rerun after any process was killed
     resumes every process from process 0's backup.
 
     Args:
@@ -417,8 +419,10 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     # shuffle=False: the datasets shuffle themselves by (seed, epoch); Keras'
     # own shuffling of batch order draws from Python's global `random`, whose
     # state a checkpoint does not hold.
-    history = model.fit(data, validation_data=validation_data, epochs=epochs, initial_epoch=initial_epoch,
-                        callbacks=all_callbacks, shuffle=False, verbose=verbose)
+    # On TensorFlow workers fit reads each worker's sharded batches through the strategy (`processes.fit_input`).
+    history = model.fit(processes.fit_input(data), validation_data=processes.fit_input(validation_data),
+                        epochs=epochs, initial_epoch=initial_epoch, callbacks=all_callbacks, shuffle=False,
+                        verbose=verbose)
     if not keep_backup and not model.stop_training:
         finish_run(run_dir)
     return history, initial_epoch

@@ -3,7 +3,8 @@
 With two ports, two workers on 127.0.0.1 form a `MultiWorkerMirroredStrategy`
 job (TF_CONFIG, gRPC) and `fit` a small ViT on a `tf.data` pipeline sharded
 by data; alone, one process fits the same model on the same global batches.
-Worker 0 writes the losses and the final weights to OUT as `.npz`.
+Worker 0 writes the losses and the final weights to OUT as `.npz`, worker `i > 0`
+to OUT with `-i` before `.npz` (so a test can check the workers agree).
 """
 
 import contextlib
@@ -45,6 +46,6 @@ with strategy.scope() if strategy is not None else contextlib.nullcontext():
         num_classes=2, dropout=0.0)
     model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="sparse_categorical_crossentropy")
     history = model.fit(dataset, epochs=2, verbose=0)
-if INDEX == 0:
-    np.savez(OUT, losses=np.asarray(history.history["loss"]), **{w.path: np.asarray(w.value) for w in model.weights})
+path = OUT if INDEX == 0 else OUT[: -len(".npz")] + f"-{INDEX}.npz"
+np.savez(path, losses=np.asarray(history.history["loss"]), **{w.path: np.asarray(w.value) for w in model.weights})
 print(f"worker {INDEX} of {COUNT}: losses {history.history['loss']}", flush=True)

@@ -1,0 +1,200 @@
+"""TensorFlow jobs of several worker processes: `MultiWorkerMirroredStrategy` and `TF_CONFIG`.
+
+Each worker of the job is one process (one per host) started with the same
+command and its own `TF_CONFIG`, the JSON that names every worker's
+`host:port` and this one's index:
+
+    TF_CONFIG='{"cluster": {"worker": ["host0:port", "host1:port"]}, "task": {"type": "worker", "index": 0}}'
+
+`strategy()` creates the job's `tf.distribute.MultiWorkerMirroredStrategy`,
+which TensorFlow accepts only before any other TensorFlow operation of the
+process. `job()` tells which worker this is (`keras_vit.distribution.processes`
+asks it), `barrier()` and `broadcast_json()` pass through the strategy's
+collectives, and `worker_batches()` feeds each worker its own rows of every
+global batch.
+"""
+
+import json
+import os
+
+import keras
+
+# The job's strategy, made once per process: TensorFlow allows one collective setup per process.
+_STRATEGY = None
+
+
+def tf_config_job(environ=None):
+    """`(index, count)` of this task in the training cluster `TF_CONFIG` describes, or `None`.
+
+    The tasks that train are the `chief` (index 0, when there is one) and
+    the `worker`s; an `evaluator` is not part of the job. `None` when
+    `TF_CONFIG` is unset, or names fewer than two training tasks.
+
+    Raises:
+        ValueError: `TF_CONFIG` is not the JSON TensorFlow reads.
+    """
+    text = (os.environ if environ is None else environ).get("TF_CONFIG", "")
+    if not text.strip():
+        return None
+    try:
+        config = json.loads(text)
+        cluster, task = config.get("cluster", {}), config.get("task", {})
+        chiefs, workers = len(cluster.get("chief", [])), len(cluster.get("worker", []))
+        kind, index = task.get("type"), int(task.get("index", 0))
+    except (ValueError, TypeError, AttributeError) as error:
+        raise ValueError(
+            'TF_CONFIG must be JSON like {"cluster": {"worker": ["host0:port", "host1:port"]}, "task": '
+            f'{{"type": "worker", "index": 0}}}}. Received: TF_CONFIG={text!r} ({error})') from None
+    if chiefs + workers < 2 or kind not in ("chief", "worker"):
+        return None
+    return (index if kind == "chief" else chiefs + index), chiefs + workers
+
+
+def strategy():
+    """The job's `tf.distribute.MultiWorkerMirroredStrategy` (made on the first call; TensorFlow backend).
+
+    Call it before any TensorFlow operation of the process (TensorFlow
+    refuses to set up collectives afterwards); with `TF_CONFIG` set,
+    `keras_vit.distribution.distribution_for_backend("data")` does. It
+    waits until every worker of `TF_CONFIG` has started.
+
+    Raises:
+        ValueError: `TF_CONFIG` does not describe a job of several workers,
+            or TensorFlow ran an operation before (the error says so).
+    """
+    global _STRATEGY
+    if _STRATEGY is not None:
+        return _STRATEGY
+    if tf_config_job() is None:
+        raise ValueError(
+            "A TensorFlow job of several workers is described by TF_CONFIG, which names every worker and this "
+            'one\'s index, e.g. TF_CONFIG=\'{"cluster": {"worker": ["host0:port", "host1:port"]}, "task": '
+            '{"type": "worker", "index": 0}}\' (docs/scale-out.md). Received: '
+            f"TF_CONFIG={os.environ.get('TF_CONFIG')!r}")
+    import tensorflow as tf
+
+    try:
+        _STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
+    except (RuntimeError, ValueError) as error:
+        raise ValueError(
+            "TensorFlow could not set up the multi-worker job: MultiWorkerMirroredStrategy must be created "
+            "before any other TensorFlow operation of the process. Create it first (call "
+            f"keras_vit.distribution.tf_workers.strategy() at the start of the program). TensorFlow said: {error}"
+        ) from None
+    return _STRATEGY
+
+
+def current_strategy():
+    """The multi-worker strategy this process trains under, or `None` (off TensorFlow, or one process).
+
+    The one `strategy()` made, else the strategy whose scope is open when
+    it is a `MultiWorkerMirroredStrategy` of several workers (one a user
+    made).
+    """
+    if keras.backend.backend() != "tensorflow":
+        return None
+    if _STRATEGY is not None:
+        return _STRATEGY
+    import tensorflow as tf
+
+    from keras_vit.integrations.tf_trainer import multi_worker
+
+    if not tf.distribute.has_strategy():
+        return None
+    current = tf.distribute.get_strategy()
+    return current if multi_worker(current) else None
+
+
+def job():
+    """`(index, count)` of this worker in its multi-worker TensorFlow job, or `None` outside one."""
+    current = current_strategy()
+    if current is None:
+        return None
+    resolver = current.cluster_resolver
+    cluster = resolver.cluster_spec().as_dict()
+    chiefs = len(cluster.get("chief", []))
+    index = resolver.task_id if resolver.task_type == "chief" else chiefs + resolver.task_id
+    return index, chiefs + len(cluster.get("worker", []))
+
+
+def _all_reduce_sum(values):
+    """The element-wise sum over the job's workers of `values` (a numpy array, one per worker)."""
+    import tensorflow as tf
+
+    current = current_strategy()
+    local = tf.constant(values)
+    devices = len(current.extended.worker_devices)
+
+    @tf.function  # the strategy's collectives run eagerly only slowly, with a warning
+    def all_reduce():
+        # One replica per local device: the first of each worker contributes, the others add zeros.
+        per_replica = current.run(lambda: tf.where(
+            tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group % devices, 0),
+            local, tf.zeros_like(local)))
+        return current.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return all_reduce().numpy()
+
+
+def barrier():
+    """Wait until every worker of the job reaches this point (an all-reduce of one number)."""
+    _all_reduce_sum(0)
+
+
+def broadcast_json(value, is_chief):
+    """The chief's `value` (any JSON value) on every worker, sent as UTF-8 JSON bytes (never pickled)."""
+    import numpy as np
+
+    payload = np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8).astype(np.int32) if is_chief else None
+    length = int(_all_reduce_sum(np.int64(0 if payload is None else len(payload))))
+    buffer = _all_reduce_sum(np.zeros(length, np.int32) if payload is None else payload)
+    return json.loads(buffer.astype(np.uint8).tobytes().decode("utf-8"))
+
+
+def worker_batches(data, current=None):
+    """`data` (a sharded `keras.utils.PyDataset`) as the job's distributed dataset for `fit` and `evaluate`.
+
+    `data` gives this worker's rows of every global batch
+    (`shard=(index, count)`, as `processes.shard_for_processes` sets it).
+    Passed to `fit` as it is, Keras would turn it into a `tf.data` pipeline
+    that the strategy then splits again by data (taking part of this
+    worker's part); and left unsharded, every worker would read every image
+    and keep its share. Here each worker's own batches become its replica's
+    batches (`distribute_datasets_from_function`, which neither rebatches
+    nor shards): every image is read once per epoch, by one worker.
+
+    Batches are read when `fit` asks for them, from `data[i]` in order,
+    after the callbacks' `on_epoch_begin` (so `set_epoch` chooses the
+    epoch's order); batch 0 is read once more here for the element spec.
+    One replica per worker (one device each, as on CPUs or one GPU per
+    worker).
+
+    Raises:
+        ValueError: more than one replica on this worker.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    current = current or current_strategy()
+    if len(current.extended.worker_devices) != 1:
+        raise ValueError(
+            "Each worker feeds its own rows to one replica: run one worker per device (one process per GPU, "
+            f"or per CPU host). Received: {len(current.extended.worker_devices)} devices on this worker.")
+
+    def spec(value):
+        value = np.asarray(value)
+        return tf.TensorSpec((None, *value.shape[1:]), tf.as_dtype(value.dtype))
+
+    first = data[0]
+    signature = tuple(spec(v) for v in first) if isinstance(first, tuple) else spec(first)
+
+    def batches():
+        for index in range(len(data)):
+            yield data[index]
+
+    def dataset(context):
+        # The number of batches is known: Keras then counts the steps instead of running into the end.
+        dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
+        return dataset.apply(tf.data.experimental.assert_cardinality(len(data))).prefetch(1)
+
+    return current.distribute_datasets_from_function(dataset)
