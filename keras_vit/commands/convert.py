@@ -36,10 +36,11 @@ def _destination_format(destination, requested):
 
 
 def add_arguments(parser):
-    from keras_vit.convert.formats import FORMATS
-
-    # The formats come from the one table, so a new checkpoint source shows up here without an edit.
-    parser.add_argument("source", help="the checkpoint: " + "; ".join(row.description for row in FORMATS.values()))
+    # Help must not import the converters (they import Keras, which picks a backend): the list of formats
+    # comes from the format table when a source is not recognised.
+    parser.add_argument("source", help="the checkpoint: a file or directory in a format keras_vit reads (timm, Hugging "
+                                       "Face, Google .npz, keras-hub, a keras_vit preset or .keras file; an "
+                                       "unrecognised one is refused with the full list)")
     parser.add_argument("destination", help="output: .keras (whole model), .weights.h5, .safetensors (timm) or a "
                                             "directory with --to huggingface")
     parser.add_argument("--to", choices=OUTPUT_FORMATS, default="auto", help="output format (default: from the file name)")
