@@ -82,7 +82,8 @@ def main():
     keras.utils.set_random_seed(0)
     initial_weights = [np.asarray(w) for w in ViTClassifier.from_variant("ViT-Ti/16", **CONFIG).get_weights()]
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    report = {"num_replicas": strategy.num_replicas_in_sync, "gradient": first_gradient(initial_weights, images, labels),
+    report = {"num_replicas": strategy.num_replicas_in_sync,
+              "gradient": first_gradient(initial_weights, images, labels),
               "thresholds": {"global_clipnorm": GLOBAL_CLIPNORM, "clipnorm": CLIPNORM, "clipvalue": CLIPVALUE}}
     for name, (make, epochs) in RUNS.items():
         losses, weights = train(lambda: make(optimizers), epochs, initial_weights, images, labels, None)
