@@ -39,8 +39,20 @@ class ReplicaSummedGradients:
         super()._backend_apply_gradients(grads, trainable_variables)
 
 
+def _keras_backend_class(keras_class):
+    """The class Keras makes for `keras_class` on this backend.
+
+    On torch Keras swaps its optimizers for subclasses that update all
+    variables with `torch._foreach_*` operations (in `__new__`, for the
+    exact class only, so a subclass of `keras.optimizers.SGD` would lose
+    them); elsewhere this is `keras_class`. `__new__` alone runs: nothing is
+    built.
+    """
+    return type(keras_class.__new__(keras_class))
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
-class SGD(ReplicaSummedGradients, keras.optimizers.SGD):
+class SGD(ReplicaSummedGradients, _keras_backend_class(keras.optimizers.SGD)):
     """`keras.optimizers.SGD` that clips and accumulates like one device under a `tf.distribute` strategy.
 
     The same optimizer as `keras.optimizers.SGD` (same arguments, variables,
