@@ -21,6 +21,7 @@ from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import check_not_nested, check_replaceable, quote
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.utils.values import to_pair
+from keras_vit.workflows import optimizers
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
 # no weight decay, gradient clipping at global norm 1, cosine decay with
@@ -58,7 +59,10 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
             every 16 epochs (Keras' accumulators carry across epochs).
 
     Returns:
-        `(optimizer, accumulation_steps)`.
+        `(optimizer, accumulation_steps)`. The optimizer is a
+        `keras_vit.optimizers.SGD` or `AdamW`: Keras' own, except that under
+        a `tf.distribute` strategy they clip and accumulate the global
+        gradient, as one device does.
     """
     if recipe not in RECIPES:
         raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
@@ -79,10 +83,12 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
     )
     common = {"learning_rate": schedule, "global_clipnorm": settings["global_clipnorm"],
               "gradient_accumulation_steps": accumulation if accumulation > 1 else None}
+    # keras_vit's optimizers, not Keras': under a tf.distribute strategy Keras'
+    # clip each replica's part of the gradient and cannot accumulate.
     if settings["optimizer"] == "sgd":
-        optimizer = keras.optimizers.SGD(momentum=0.9, weight_decay=weight_decay or None, **common)
+        optimizer = optimizers.SGD(momentum=0.9, weight_decay=weight_decay or None, **common)
     else:
-        optimizer = keras.optimizers.AdamW(weight_decay=weight_decay, **common)
+        optimizer = optimizers.AdamW(weight_decay=weight_decay, **common)
     return optimizer, accumulation
 
 

@@ -1,13 +1,84 @@
-"""AdamW that updates all weights in one fused kernel on PyTorch."""
+"""Keras' SGD and AdamW, made to train under `tf.distribute` as on one device; AdamW fused on PyTorch."""
 
 import keras
 
 from keras_vit.layers import fused
 
+# Keras internals (Keras 3.15) that the TensorFlow strategy step calls by
+# name. A Keras without one of them keeps its own step.
+_KERAS_INTERNALS = ("_clip_gradients", "_get_variable_index", "_use_weight_decay", "_iterations")
+
+
+class ReplicaSummedGradients:
+    """Mixin: under a `tf.distribute` strategy, clip and accumulate the replicas' summed gradients.
+
+    Mixed into a `keras.optimizers.Optimizer` subclass (before it in the
+    bases). Keras 3's TensorFlow optimizer clips each replica's partial
+    gradient before it sums the replicas' gradients, so with `clipnorm`,
+    `clipvalue` or `global_clipnorm` N replicas train differently from one
+    device on the same global batches; and its `gradient_accumulation_steps`
+    fails under any strategy (Keras issue 20582). Under a strategy this
+    optimizer sums the gradients across replicas first, clips and
+    accumulates the sum, and updates every replica with it
+    (`keras_vit.integrations.tf_optimizers.apply_summed`), which costs one
+    all-reduce per batch, as Keras' unclipped step does.
+
+    Everywhere else (JAX, PyTorch, TensorFlow without a strategy, or with
+    a strategy when neither clipping nor accumulation is on) it is Keras'
+    optimizer unchanged. JAX steps the global batch at once, and
+    keras_vit's PyTorch processes sum gradients before the optimizer runs,
+    so both already clip the global gradient.
+    """
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        if keras.backend.backend() == "tensorflow" and all(hasattr(self, name) for name in _KERAS_INTERNALS):
+            from keras_vit.integrations import tf_optimizers
+
+            if tf_optimizers.apply_summed(self, grads, trainable_variables, super()._clip_gradients):
+                return
+        super()._backend_apply_gradients(grads, trainable_variables)
+
+
+def _keras_backend_class(keras_class):
+    """The class Keras makes for `keras_class` on this backend.
+
+    On torch Keras swaps its optimizers for subclasses that update all
+    variables with `torch._foreach_*` operations (in `__new__`, for the
+    exact class only, so a subclass of `keras.optimizers.SGD` would lose
+    them); elsewhere this is `keras_class`. `__new__` alone runs: nothing is
+    built.
+    """
+    return type(keras_class.__new__(keras_class))
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class AdamW(keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW`, with a fused update on the torch backend.
+class SGD(ReplicaSummedGradients, _keras_backend_class(keras.optimizers.SGD)):
+    """`keras.optimizers.SGD` that clips and accumulates like one device under a `tf.distribute` strategy.
+
+    The same optimizer as `keras.optimizers.SGD` (same arguments, variables,
+    update and config); it differs only under a TensorFlow `tf.distribute`
+    strategy, where Keras' SGD clips each replica's part of the gradient
+    instead of the global gradient and cannot accumulate gradients at all
+    (see `ReplicaSummedGradients`).
+
+    Args:
+        learning_rate: float, schedule or callable. Defaults to `0.01`.
+        momentum: float. Defaults to `0.0`.
+        nesterov: bool. Defaults to `False`.
+        **kwargs: Any other argument of `keras.optimizers.SGD` (weight
+            decay, gradient clipping, EMA, loss scale, gradient
+            accumulation, `name`).
+
+    Example:
+
+    >>> model.compile(optimizer=keras_vit.optimizers.SGD(0.01, momentum=0.9, global_clipnorm=1.0),
+    ...               loss="sparse_categorical_crossentropy")
+    """
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AdamW(ReplicaSummedGradients, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW`, with a fused update on the torch backend, distributed right on TensorFlow.
 
     The same optimizer as `keras.optimizers.AdamW` (same arguments, same
     variables, same update, same config), so `fit`, checkpoints and `.keras`
@@ -19,7 +90,10 @@ class AdamW(keras.optimizers.AdamW):
     reads and writes every tensor once and allocates nothing model-sized: a
     ViT-B/16 training step uses less memory and less time. On JAX and
     TensorFlow it is `keras.optimizers.AdamW` unchanged (XLA fuses the update
-    itself).
+    itself). Under a TensorFlow `tf.distribute` strategy it clips and
+    accumulates the replicas' summed gradients, as one device would (Keras'
+    AdamW clips each replica's part and cannot accumulate there; see
+    `ReplicaSummedGradients`).
 
     Weight decay is Keras' (`variable -= variable * weight_decay * lr`,
     before the Adam step, honouring `exclude_from_weight_decay`). `amsgrad`,
