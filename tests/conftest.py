@@ -1,7 +1,22 @@
 import os
+import shutil
+import tempfile
 
-import keras
-import pytest
+# The JAX pass shares one XLA compilation cache between its tests, its 2 workers and the JAX processes
+# they start: a function compiled once (the same model's train step in another test, another process of
+# a job, the rerun after a kill) is read back instead of compiled again, the very program XLA made the
+# first time. Set before Keras imports JAX; an empty directory per run, removed when it ends.
+# KERAS_VIT_TEST_JAX_CACHE=0 turns it off.
+_OWN_JAX_CACHE = None
+if os.environ.get("KERAS_BACKEND") == "jax" and os.environ.get("KERAS_VIT_TEST_JAX_CACHE") != "0" \
+        and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    _OWN_JAX_CACHE = tempfile.mkdtemp(prefix="keras_vit-tests-xla-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_JAX_CACHE
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the default (1 s) would skip most
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
 
 # `make test` runs the suite once per backend. A test whose subject does not depend on the backend
 # (argument parsing, file-system checks, numpy-only readers, the docs' text, packaging) carries
@@ -23,6 +38,11 @@ def pytest_collection_modifyitems(config, items):
         if keras.backend.backend() != ONE_BACKEND:
             item.add_marker(pytest.mark.skip(
                 reason=f"backend-independent {marker.args[0]}; the {ONE_BACKEND} pass runs it"))
+
+
+def pytest_unconfigure(config):
+    if _OWN_JAX_CACHE:
+        shutil.rmtree(_OWN_JAX_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
