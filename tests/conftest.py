@@ -15,6 +15,13 @@ if os.environ.get("KERAS_BACKEND") == "jax" and os.environ.get("KERAS_VIT_TEST_J
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the default (1 s) would skip most
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
+# Under pytest-xdist the cores are shared between the workers: each worker's OpenMP pool (PyTorch's CPU
+# operations, oneDNN, BLAS) gets its share instead of every core. Two pools of every core spin against
+# each other: PyTorch tests beside another worker ran up to 10 times slower. Set before Keras imports them.
+if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _workers))
+
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
