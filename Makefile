@@ -6,13 +6,16 @@ STAMP := $(VENV)/.installed
 REF_VENV := .venv-ref
 REF_STAMP := $(REF_VENV)/.installed
 BACKENDS := tensorflow jax torch
+# Each backend's pass runs in 2 worker processes (pytest-xdist); `--dist loadscope` keeps a module on one
+# worker, so its module-scoped fixtures (a trained job, a built model) run once. PYTEST_ARGS="-n 0" runs serially.
+XDIST := -n 2 --dist loadscope
 
 .PHONY: help demo test test-tensorflow test-jax test-torch install reference-env bench clean
 
 # The first target: `make` alone lists the others.
 help:
 	@echo "make demo            train a small ViT on scikit-learn's digits and print held-out accuracy"
-	@echo "make test            the whole test suite once per backend (tensorflow, jax, torch)"
+	@echo "make test            the whole test suite once per backend (tensorflow, jax, torch), 2 workers each"
 	@echo "make test-jax        one backend (also test-tensorflow, test-torch); PYTEST_ARGS=... passes options"
 	@echo "make install         create .venv: the package with all three backends and the test tools (~4 GB)"
 	@echo "make bench           speed and memory against timm and Hugging Face (builds .venv-ref, ~6 GB; ~15 min)"
@@ -30,16 +33,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/keras-vit train
 
-# The whole suite once per backend, each in its own process; fails if any backend fails.
+# The whole suite once per backend, each in its own pytest run; fails if any backend fails.
 test: $(STAMP)
 	@status=0; for backend in $(BACKENDS); do \
 		echo "=== KERAS_BACKEND=$$backend ==="; \
-		KERAS_BACKEND=$$backend $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || status=1; \
+		KERAS_BACKEND=$$backend $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS) || status=1; \
 	done; exit $$status
 
 # A static pattern rule: make skips implicit rules for .PHONY targets, so `test-%` alone never ran.
 $(addprefix test-,$(BACKENDS)): test-%: $(STAMP)
-	KERAS_BACKEND=$* $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	KERAS_BACKEND=$* $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 
 # Side environment with timm (needs a CUDA build of torch for torchvision): fixtures and benchmarks only.
 $(REF_STAMP): requirements/reference.txt

@@ -1,11 +1,55 @@
 import os
+import shutil
+import tempfile
 
-import keras
-import pytest
+# The JAX pass shares one XLA compilation cache between its tests, its 2 workers and the JAX processes
+# they start: a function compiled once (the same model's train step in another test, another process of
+# a job, the rerun after a kill) is read back instead of compiled again, the very program XLA made the
+# first time. Set before Keras imports JAX; an empty directory per run, removed when it ends.
+# KERAS_VIT_TEST_JAX_CACHE=0 turns it off.
+_OWN_JAX_CACHE = None
+if os.environ.get("KERAS_BACKEND") == "jax" and os.environ.get("KERAS_VIT_TEST_JAX_CACHE") != "0" \
+        and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    _OWN_JAX_CACHE = tempfile.mkdtemp(prefix="keras_vit-tests-xla-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_JAX_CACHE
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the default (1 s) would skip most
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+# Under pytest-xdist the cores are shared between the workers: each worker's OpenMP pool (PyTorch's CPU
+# operations, oneDNN, BLAS) gets its share instead of every core. Two pools of every core spin against
+# each other: PyTorch tests beside another worker ran up to 10 times slower. Set before Keras imports them.
+if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _workers))
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+
+# `make test` runs the suite once per backend. A test whose subject does not depend on the backend
+# (argument parsing, file-system checks, numpy-only readers, the docs' text, packaging) carries
+# `@pytest.mark.one_backend("<why, in one phrase>")` and runs in one pass only, the least loaded.
+ONE_BACKEND = "torch"
 
 
 def pytest_report_header(config):
     return f"keras {keras.__version__}, KERAS_BACKEND={keras.backend.backend()}"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        marker = item.get_closest_marker("one_backend")
+        if marker is None:
+            continue
+        if len(marker.args) != 1 or not isinstance(marker.args[0], str) or not marker.args[0].strip():
+            raise pytest.UsageError(f"{item.nodeid}: one_backend needs the reason the subject is backend-independent")
+        if keras.backend.backend() != ONE_BACKEND:
+            item.add_marker(pytest.mark.skip(
+                reason=f"backend-independent {marker.args[0]}; the {ONE_BACKEND} pass runs it"))
+
+
+def pytest_unconfigure(config):
+    if _OWN_JAX_CACHE:
+        shutil.rmtree(_OWN_JAX_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,7 @@ import keras_vit
 from keras_vit import cli
 
 
+@pytest.mark.one_backend("argument parsing: the help text")
 def test_help_lists_commands(capsys):
     assert cli.main([]) == 2
     out = capsys.readouterr().out
@@ -44,6 +45,7 @@ def test_train_passes_its_recipe_to_the_optimizer(monkeypatch, capsys):
     assert seen[-1]["learning_rate"].warmup_target == pytest.approx(1e-3)
 
 
+@pytest.mark.one_backend("numpy data split")
 def test_digits_split_is_stratified_and_seeded():
     from keras_vit.data import load_digits_split
 
@@ -57,6 +59,7 @@ def test_digits_split_is_stratified_and_seeded():
     np.testing.assert_array_equal(y_train, y_again)
 
 
+@pytest.mark.one_backend("argument parsing: --version and a usage error, before any Keras op")
 def test_version_and_error_style(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--version"])
@@ -73,6 +76,7 @@ def test_version_and_error_style(capsys):
     (["--save", "model.h5"], "--save must name a .keras file. Received: --save model.h5"),
 ])
 @pytest.mark.parametrize("command", ["train", "pretrain"])
+@pytest.mark.one_backend("argument checks that exit before any Keras op")
 def test_training_commands_check_arguments_before_training(command, flags, message, capsys):
     # The user's input: exit 2, and the message speaks of the flag typed, not a Python keyword.
     assert cli.main([command, *flags]) == 2

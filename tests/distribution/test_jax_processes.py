@@ -2,10 +2,12 @@
 
 Each run is a job of 4 CPU devices: one process with 4, or two processes
 with 2 each joined by `keras.distribution.initialize` over 127.0.0.1 (a free
-port, gloo collectives). Every process reads only its share of every batch of
-an image folder (`ImageFolderDataset(shard=...)`). Losses and final weights of
-the two-process job must equal the one-process job's within 1e-5. Every child
-is bounded by a timeout and killed by the test, pass or fail.
+port, gloo collectives). A job's processes train data parallel, then model
+parallel, so each job starts JAX once for both modes. Every process reads
+only its share of every batch of an image folder
+(`ImageFolderDataset(shard=...)`). Losses and final weights of the
+two-process job must equal the one-process job's within 1e-5, mode by mode.
+Every child is bounded by a timeout and killed by the test, pass or fail.
 """
 
 import os
@@ -22,21 +24,26 @@ from tests.distribution.jobs import ROOT, TIMEOUT, epochs_done, finish, free_por
 from tests.finetune.helpers import write_folder
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_processes_worker.py")
+MODES = ("data", "model")
 
 
-def run_job(mode, count, folder, out):
-    """Start `count` worker processes, wait for all (bounded), kill any left; return process 0's results."""
+def run_job(count, folder, out):
+    """Start `count` worker processes that train once per mode, wait for all (bounded), kill any left;
+    return process 0's results, `{mode: {name: array}}`."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
     env.pop("XLA_FLAGS", None)
-    children = [subprocess.Popen([sys.executable, WORKER, mode, str(index), str(count), str(port), folder, out],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    children = [subprocess.Popen([sys.executable, WORKER, ",".join(MODES), str(index), str(count), str(port), folder,
+                                  out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
                 for index in range(count)]
     logs = finish(children)
     for child, log in zip(children, logs):
         assert child.returncode == 0, log[-4000:]
-    with np.load(out) as results:
-        return {key: results[key] for key in results.files}
+    results = {}
+    for mode in MODES:
+        with np.load(f"{out}-{mode}.npz") as arrays:
+            results[mode] = {key: arrays[key] for key in arrays.files}
+    return results
 
 
 def test_shards_read_every_image_of_a_batch_once(tmp_path):
@@ -65,13 +72,19 @@ def test_shards_read_every_image_of_a_batch_once(tmp_path):
         ImageFolderDataset(paths, labels, 8, batch_size=6, shard=(0, 4))  # the last batch has 2 images
 
 
-@pytest.mark.slow  # two jobs of 1 and 2 processes each: about a minute on 2 cores
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """The job of 1 process and the job of 2, each training once per mode in the same processes."""
+    directory = tmp_path_factory.mktemp("jax_jobs")
+    folder = write_folder(str(directory / "photos"), classes=2, per_class=8, size=(10, 12))
+    return run_job(1, folder, str(directory / "one")), run_job(2, folder, str(directory / "two"))
+
+
+@pytest.mark.slow  # two jobs of 1 and 2 processes, shared by both modes: about a minute on 2 cores
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
-@pytest.mark.parametrize("mode", ["data", "model"])
-def test_two_processes_train_what_one_process_trains(mode, tmp_path):
-    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=8, size=(10, 12))
-    one = run_job(mode, 1, folder, str(tmp_path / "one.npz"))
-    two = run_job(mode, 2, folder, str(tmp_path / "two.npz"))
+@pytest.mark.parametrize("mode", MODES)
+def test_two_processes_train_what_one_process_trains(mode, jobs):
+    one, two = (job[mode] for job in jobs)
     assert set(one) == set(two) and len(one["losses"]) == 2
     np.testing.assert_allclose(two["losses"], one["losses"], atol=1e-5, rtol=0)
     for name in one:

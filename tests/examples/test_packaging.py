@@ -11,6 +11,8 @@ import zipfile
 
 import pytest
 
+pytestmark = pytest.mark.one_backend("packaging: the distribution's name, metadata and files")
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # Where users meet install lines: error messages in the package, the README, docs and examples.
 HINT_PLACES = ("keras_vit", "docs", "examples", "README.md")

@@ -5,6 +5,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.one_backend("text and links of the README and docs")
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # Written on other branches of the same release; drop a name here once its page or package has landed.
 

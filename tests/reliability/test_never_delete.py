@@ -25,9 +25,8 @@ from tests.finetune.helpers import tiny_backbone_file, write_folder
 from tests.reliability.helpers import tiny_backbone, tiny_classifier
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The file-system logic is the same on every backend; the suite's jax pass runs what needs no model.
-one_backend = pytest.mark.skipif(keras.backend.backend() != "jax",
-                                 reason="backend-independent file-system behaviour; the jax pass runs it")
+# The file-system logic is the same on every backend: one pass of the suite runs it (tests/conftest.py).
+one_backend = pytest.mark.one_backend("file-system behaviour")
 
 
 def user_tree(root, files):

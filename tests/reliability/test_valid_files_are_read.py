@@ -19,6 +19,7 @@ import pytest
 from keras_vit.convert.io import read_safetensors, read_safetensors_with_metadata, sniff
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
+pytestmark = pytest.mark.one_backend("numpy-only safetensors reader")
 
 TENSORS = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, -2], np.int64)}
 
