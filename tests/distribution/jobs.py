@@ -6,6 +6,7 @@ Every child is bounded by a timeout and killed by the test, pass or fail.
 import json
 import os
 import socket
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 240
@@ -36,3 +37,35 @@ def epochs_done(run_dir):
             return json.load(file)["epoch"]
     except (OSError, ValueError, KeyError):
         return 0
+
+
+def kill_worker_then_chief(children, run_dir, epochs, timeout=TIMEOUT):
+    """Once `run_dir` holds `epochs` epochs, kill process 1 (a worker), then process 0; return the epochs done.
+
+    The worker goes first, as a failing host would; the chief follows a second later, as the job's
+    launcher would end it. Stops waiting early if a process exits or `timeout` seconds pass.
+    """
+    try:
+        deadline = time.monotonic() + timeout
+        while epochs_done(run_dir) < epochs and all(c.poll() is None for c in children) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        children[1].kill()
+        time.sleep(1)
+        children[0].kill()
+    finally:
+        finish(children, timeout=30)
+    return epochs_done(run_dir)
+
+
+def assert_same_preset_weights(expected_preset, actual_preset, atol=1e-5):
+    """Two classifier presets hold the same weights, weight by weight, within `atol`."""
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    expected = keras_vit.ViTClassifier.from_preset(expected_preset)
+    actual = keras_vit.ViTClassifier.from_preset(actual_preset)
+    for want, got in zip(expected.weights, actual.weights):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(got.value), keras.ops.convert_to_numpy(want.value),
+                                   atol=atol, rtol=0, err_msg=want.path)

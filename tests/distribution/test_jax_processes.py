@@ -13,14 +13,13 @@ Every child is bounded by a timeout and killed by the test, pass or fail.
 import os
 import subprocess
 import sys
-import time
 
 import keras
 import numpy as np
 import pytest
 
 from keras_vit.data import ImageFolderDataset
-from tests.distribution.jobs import ROOT, TIMEOUT, epochs_done, finish, free_port
+from tests.distribution.jobs import ROOT, assert_same_preset_weights, finish, free_port, kill_worker_then_chief
 from tests.finetune.helpers import write_folder
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_processes_worker.py")
@@ -115,7 +114,6 @@ def _finetune_processes(folder, pretrained, output, count, port):
 @pytest.mark.slow  # three 2-process jobs: about 45 s on 2 cores
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
 def test_a_killed_worker_resumes_through_the_command_line(tmp_path):
-    import keras_vit
     from tests.finetune.helpers import tiny_backbone_file
 
     folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=12, size=(10, 12))
@@ -127,22 +125,9 @@ def test_a_killed_worker_resumes_through_the_command_line(tmp_path):
 
     output, run_dir = str(tmp_path / "killed"), str(tmp_path / "killed.run")
     children = _finetune_processes(folder, pretrained, output, 2, free_port())
-    try:
-        deadline = time.monotonic() + TIMEOUT
-        while epochs_done(run_dir) < 2 and all(c.poll() is None for c in children) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        children[1].kill()  # a worker, not the chief; then the job is gone, as its launcher would end it
-        time.sleep(1)
-        children[0].kill()
-    finally:
-        finish(children, timeout=30)
-    done = epochs_done(run_dir)
+    done = kill_worker_then_chief(children, run_dir, epochs=2)
     assert not os.path.exists(output) and 2 <= done < 6
 
     logs = finish(_finetune_processes(folder, pretrained, output, 2, free_port()))
     assert f"Resuming from the checkpoint in {run_dir}: {done} of 6 epochs done." in logs[0], logs[0][-3000:]
-    whole = keras_vit.ViTClassifier.from_preset(str(tmp_path / "whole"))
-    resumed = keras_vit.ViTClassifier.from_preset(output)
-    for expected, actual in zip(whole.weights, resumed.weights):
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(actual.value), keras.ops.convert_to_numpy(expected.value),
-                                   atol=1e-5, rtol=0, err_msg=expected.path)
+    assert_same_preset_weights(str(tmp_path / "whole"), output)

@@ -37,16 +37,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import keras
 import numpy as np
 import pytest
 
-from tests.distribution.jobs import ROOT, epochs_done, finish, free_port
+from tests.distribution.jobs import ROOT, TIMEOUT, assert_same_preset_weights, finish, free_port, kill_worker_then_chief
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_workers_worker.py")
-TIMEOUT = 240
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="TensorFlow workers; the tensorflow pass")
@@ -95,7 +93,6 @@ def _finetune_workers(folder, pretrained, output, ports):
 
 @pytest.mark.slow  # three 2-worker jobs: about 60 s on 2 cores
 def test_a_killed_worker_resumes_through_the_command_line(tmp_path):
-    import keras_vit
     from tests.finetune.helpers import tiny_backbone_file, write_folder
 
     folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=12, size=(10, 12))
@@ -109,27 +106,14 @@ def test_a_killed_worker_resumes_through_the_command_line(tmp_path):
 
     output, run_dir = str(tmp_path / "killed"), str(tmp_path / "killed.run")
     children = _finetune_workers(folder, pretrained, output, [free_port(), free_port()])
-    try:
-        deadline = time.monotonic() + TIMEOUT
-        while epochs_done(run_dir) < 1 and all(c.poll() is None for c in children) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        children[1].kill()  # a worker, not the chief; then the job is gone, as its launcher would end it
-        time.sleep(1)
-        children[0].kill()
-    finally:
-        finish(children, timeout=30)
-    done = epochs_done(run_dir)
+    done = kill_worker_then_chief(children, run_dir, epochs=1)
     assert not os.path.exists(output) and 1 <= done < 3
 
     children = _finetune_workers(folder, pretrained, output, [free_port(), free_port()])
     logs = finish(children, TIMEOUT)
     assert [child.returncode for child in children] == [0, 0], "\n\n".join(log[-3000:] for log in logs)
     assert f"Resuming from the checkpoint in {run_dir}: {done} of 3 epochs done." in logs[0], logs[0][-3000:]
-    whole = keras_vit.ViTClassifier.from_preset(str(tmp_path / "whole"))
-    resumed = keras_vit.ViTClassifier.from_preset(output)
-    for expected, actual in zip(whole.weights, resumed.weights):
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(actual.value), keras.ops.convert_to_numpy(expected.value),
-                                   atol=1e-5, rtol=0, err_msg=expected.path)
+    assert_same_preset_weights(str(tmp_path / "whole"), output)
 
 
 def test_tf_config_names_this_worker_and_the_job():
