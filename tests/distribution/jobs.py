@@ -66,6 +66,7 @@ def assert_same_preset_weights(expected_preset, actual_preset, atol=1e-5):
 
     expected = keras_vit.ViTClassifier.from_preset(expected_preset)
     actual = keras_vit.ViTClassifier.from_preset(actual_preset)
+    assert [w.path for w in actual.weights] == [w.path for w in expected.weights]
     for want, got in zip(expected.weights, actual.weights):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(got.value), keras.ops.convert_to_numpy(want.value),
                                    atol=atol, rtol=0, err_msg=want.path)

@@ -22,7 +22,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.distribution.jobs import ROOT, TIMEOUT, epochs_done, free_port
+from tests.distribution.jobs import ROOT, TIMEOUT, assert_same_preset_weights, epochs_done, free_port
 from tests.finetune.helpers import tiny_backbone_file, write_folder
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_processes_worker.py")
@@ -31,7 +31,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(keras.backend.backend() != "torch", reason="torchrun and torch.distributed: PyTorch only"),
 ]
-
 
 
 def environment():
@@ -102,15 +101,6 @@ def _workers(torchrun_pid):
     return found
 
 
-
-
-def _weights(preset):
-    import keras_vit
-
-    model = keras_vit.ViTClassifier.from_preset(preset)
-    return {weight.path: keras.ops.convert_to_numpy(weight.value) for weight in model.weights}
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers through /proc")
 def test_a_killed_worker_resumes_from_the_chiefs_checkpoint(tmp_path):
     folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=12, size=(10, 12))
@@ -124,7 +114,6 @@ def test_a_killed_worker_resumes_from_the_chiefs_checkpoint(tmp_path):
 
     log = run(finetune(str(tmp_path / "whole")))
     assert log.count("Epoch 6/6") == 1  # only process 0 prints
-    whole = _weights(str(tmp_path / "whole"))
 
     output, run_dir = str(tmp_path / "killed"), str(tmp_path / "killed.run")
     child = start(finetune(output))
@@ -144,9 +133,22 @@ def test_a_killed_worker_resumes_from_the_chiefs_checkpoint(tmp_path):
 
     log = run(finetune(output))
     assert f"Resuming from the checkpoint in {run_dir}: {done} of 6 epochs done." in log, log[-4000:]
-    resumed = _weights(output)
-    assert set(resumed) == set(whole)
-    for name in whole:
-        np.testing.assert_allclose(resumed[name], whole[name], atol=1e-5, rtol=0, err_msg=name)
+    assert_same_preset_weights(str(tmp_path / "whole"), output)
     with open(os.path.join(run_dir, "log.csv")) as file:
         assert [row.split(",")[0] for row in file.read().split()[1:]] == [str(e) for e in range(6)]
+
+
+def test_every_process_checks_the_output_before_training(tmp_path):
+    # Process 1 writes nothing, yet it must refuse a bad --output too: were only process 0 to check,
+    # process 1 would go on alone and wait for a partner at its first collective.
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
+    pretrained = str(tmp_path / "pretrained.keras")
+    tiny_backbone_file(pretrained, image_size=8, dropout=0.0)
+    child = start(torchrun(["-m", "keras_vit", "finetune", folder, "--preset", pretrained, "--epochs", "1",
+                            "--output", str(tmp_path / "missing" / "out"), "--distribute", "data"]))
+    try:
+        log = child.communicate(timeout=TIMEOUT)[0]
+    finally:
+        stop(child)
+    assert child.returncode != 0, log[-4000:]
+    assert log.count("does not exist. Create it first") == 2 and "Epoch 1/1" not in log, log[-4000:]
