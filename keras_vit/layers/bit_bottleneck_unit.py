@@ -5,8 +5,8 @@ from keras import ops
 
 from keras_vit.layers import fused
 
-from keras_vit.layers.bit_root import _check_groups
 from keras_vit.layers.std_conv import StdConv2D
+from keras_vit.utils.values import check_count, check_group_count
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -60,10 +60,9 @@ class BiTBottleneckUnit(keras.layers.Layer):
         super().__init__(**kwargs)
         if bottleneck_filters is None and isinstance(filters, int):
             bottleneck_filters = max(1, filters // 4)
-        _check_groups(filters, num_groups, "filters")
-        _check_groups(bottleneck_filters, num_groups, "bottleneck_filters")
-        if not isinstance(strides, int) or isinstance(strides, bool) or strides <= 0:
-            raise ValueError(f"`strides` must be a positive int. Received: strides={strides!r}")
+        check_group_count(filters, num_groups, "filters")
+        check_group_count(bottleneck_filters, num_groups, "bottleneck_filters")
+        check_count(strides, "strides")
         self.filters = filters
         self.strides = strides
         self.bottleneck_filters = bottleneck_filters

@@ -6,6 +6,7 @@ from keras import ops
 from keras_vit.layers import fused
 
 from keras_vit.layers.std_conv import StdConv2D, same_padding
+from keras_vit.utils.values import check_group_count
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -40,7 +41,7 @@ class BiTRoot(keras.layers.Layer):
 
     def __init__(self, filters=64, num_groups=32, std_conv_epsilon=1e-8, group_norm_epsilon=1e-5, **kwargs):
         super().__init__(**kwargs)
-        _check_groups(filters, num_groups, "filters")
+        check_group_count(filters, num_groups, "filters")
         self.filters = filters
         self.num_groups = num_groups
         self.std_conv_epsilon = float(std_conv_epsilon)
@@ -86,14 +87,3 @@ class BiTRoot(keras.layers.Layer):
             }
         )
         return config
-
-
-def _check_groups(channels, num_groups, name):
-    for arg, value in ((name, channels), ("num_groups", num_groups)):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"`{arg}` must be a positive int. Received: {arg}={value!r}")
-    if channels % num_groups:
-        raise ValueError(
-            f"GroupNorm needs `num_groups` to divide the channel count. Received: {name}={channels}, "
-            f"num_groups={num_groups}. Choose a channel count that is a multiple of {num_groups} or fewer groups."
-        )

@@ -1,4 +1,4 @@
-"""Argument helpers: image-size pairs, per-channel values, counts and rates."""
+"""Argument helpers: image-size pairs, per-channel values, counts, group counts and rates."""
 
 import math
 import numbers
@@ -25,6 +25,23 @@ def check_rate(value, name):
     """Refuse a dropout-like rate outside [0, 1) (a rate of 1 drops everything)."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0.0 <= value < 1.0:
         raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+
+
+def check_group_count(channels, num_groups, name):
+    """Refuse a GroupNorm split whose `num_groups` does not divide the channel count.
+
+    Args:
+        channels: int. The channel count of the layer's output.
+        num_groups: int. The GroupNorm group count.
+        name: str. The argument that sets `channels`, for the message.
+    """
+    check_count(channels, name)
+    check_count(num_groups, "num_groups")
+    if channels % num_groups:
+        raise ValueError(
+            f"GroupNorm needs `num_groups` to divide the channel count. Received: {name}={channels}, "
+            f"num_groups={num_groups}. Choose a channel count that is a multiple of {num_groups} or fewer groups."
+        )
 
 
 def to_pair(value, name, minimum=1):
