@@ -18,6 +18,7 @@ def test_help_lists_commands(capsys):
         assert command in out
 
 
+@pytest.mark.slow  # trains the digits model for an epoch
 def test_train_runs_on_digits_and_saves(tmp_path, capsys):
     path = str(tmp_path / "digits.keras")
     assert cli.main(["train", "--epochs", "1", "--save", path]) == 0

@@ -117,6 +117,7 @@ def test_cli_missing_extra_names_it(tmp_path, capsys, monkeypatch):
     assert not os.path.exists(tmp_path / "x")
 
 
+@pytest.mark.slow  # exports and quantizes through the command line
 def test_cli_exports_and_quantizes_a_keras_file(tmp_path, capsys):
     path = str(tmp_path / "tiny.keras")
     model = tiny_classifier()

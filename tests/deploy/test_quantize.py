@@ -39,6 +39,7 @@ def test_quantized_keras_file_loads_back_with_the_same_outputs(classifier, tmp_p
     np.testing.assert_array_equal(np.asarray(loaded.predict(x, verbose=0)), expected)
 
 
+@pytest.mark.slow  # quantizes a model, saves it as a preset and loads it back
 def test_quantized_preset_loads_back_with_the_same_outputs(classifier, tmp_path):
     quantize_model(classifier)
     x = images(2)

@@ -115,6 +115,7 @@ def _run(arguments):
     return completed.stdout
 
 
+@pytest.mark.slow  # a JAX process with 8 devices trains the digits for an epoch
 @jax_only
 def test_model_parallel_refuses_split_heads_and_converts_old_models():
     stdout = _run([os.path.join(REPO_ROOT, "tests", "distribution", "head_alignment_worker.py")])
@@ -136,6 +137,7 @@ def test_model_parallel_refuses_split_heads_and_converts_old_models():
     assert converted["qkv_spec"] == [None, "model"] and converted["qkv_shard_shape"] == [16, 24]  # (D, 3D / 2)
 
 
+@pytest.mark.slow  # compiles a training step in both orders in a JAX process
 @jax_only
 def test_head_aligned_layout_compiles_to_fewer_collectives():
     stdout = _run([os.path.join(REPO_ROOT, "benchmarks", "count_collectives.py"),
