@@ -41,7 +41,7 @@ def test_paths_are_checked_before_any_work(folder, tmp_path):
         keras_vit.finetune(folder, variant="ViT-Ti/16", output=folder)
 
 
-@pytest.mark.parametrize("batch_size", [512, 128])  # no accumulation, and 4 batches per update
+@pytest.mark.parametrize("batch_size", [512, 256])  # no accumulation, and 2 batches per update
 def test_the_learning_rate_schedule_runs_over_the_updates_of_the_run(batch_size):
     """Warm-up over the first 5% of the updates, cosine decay to zero at the last one, read from the optimizer.
 
