@@ -8,6 +8,11 @@ import os
 import socket
 import time
 
+import keras
+import numpy as np
+
+import keras_vit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 240
 
@@ -59,11 +64,6 @@ def kill_worker_then_chief(children, run_dir, epochs, timeout=TIMEOUT):
 
 def assert_same_preset_weights(expected_preset, actual_preset, atol=1e-5):
     """Two classifier presets hold the same weights, weight by weight, within `atol`."""
-    import keras
-    import numpy as np
-
-    import keras_vit
-
     expected = keras_vit.ViTClassifier.from_preset(expected_preset)
     actual = keras_vit.ViTClassifier.from_preset(actual_preset)
     assert [w.path for w in actual.weights] == [w.path for w in expected.weights]
