@@ -1,7 +1,8 @@
-"""Argument rules: every check of a layer's or a model's constructor arguments.
+"""Argument rules: the checks layers and models apply to their constructor arguments.
 
 One function per rule, so each rule is written once and every message has
-the same form, "`name` must be ... Received: name=value":
+the same form, "`name` must be ... Received: name=value". What only one
+model means (its size limits, its class-name lists) stays with that model.
 
 - `is_int`: the one test of "an integer" (numpy integers yes, bools no).
 - `check_count`, `check_optional_count`, `check_counts`: sizes and counts.
