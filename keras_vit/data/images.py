@@ -151,12 +151,44 @@ def resize_region(image, box, size):
     """Crop `box` (left, top, right, bottom; fractional allowed) of `image` and resize it to `size`, bicubic.
 
     The one resampling of the image path: `center_crop` and the training
-    crops of `keras_vit.data.augment` both use it.
+    crops of `keras_vit.data.augment` both use it. A box a rounding error
+    outside the image (Pillow refuses any) is clamped to its edges.
     """
     height, width = size
+    left, top, right, bottom = (float(v) for v in box)
+    box = (min(max(left, 0.0), image.shape[1]), min(max(top, 0.0), image.shape[0]),
+           min(max(right, 0.0), image.shape[1]), min(max(bottom, 0.0), image.shape[0]))
     resized = _to_pil(image).resize((width, height), _pil().BICUBIC, box=box)
     array = np.asarray(resized, dtype="float32")
     return array[..., None] if image.shape[-1] == 1 else array
+
+
+def center_crop_box(height, width, out_h, out_w):
+    """The largest centred region of a `height x width` image with the aspect ratio of `out_h x out_w`.
+
+    Computed from integers: each coordinate is one exact fraction rounded
+    once to the nearest float (Python's `int / int`), so it never leaves
+    `[0, width] x [0, height]` (Pillow refuses a box that does). A float
+    formula (`out_h * (height / out_h)`) missed `height` by a rounding
+    error for some sizes, e.g. a top of -1.4e-14 for 232 x 309 at 224.
+
+    Args:
+        height: int. The image's height.
+        width: int. The image's width.
+        out_h: int. The output's height.
+        out_w: int. The output's width.
+
+    Returns:
+        A tuple of floats `(left, top, right, bottom)`, Pillow's box.
+    """
+    height, width, out_h, out_w = int(height), int(width), int(out_h), int(out_w)
+    if height * out_w <= width * out_h:
+        # The full height; the crop is `height * out_w / out_h` wide, centred: left = (width - that) / 2.
+        return ((width * out_h - height * out_w) / (2 * out_h), 0.0,
+                (width * out_h + height * out_w) / (2 * out_h), float(height))
+    # The full width; the crop is `width * out_h / out_w` high, centred.
+    return (0.0, (height * out_w - width * out_h) / (2 * out_w),
+            float(width), (height * out_w + width * out_h) / (2 * out_w))
 
 
 def center_crop(image, size):
@@ -174,11 +206,7 @@ def center_crop(image, size):
     height, width = image.shape[:2]
     if (height, width) == (out_h, out_w):
         return np.asarray(image, dtype="float32")
-    # The largest centred region with the output's aspect ratio.
-    scale = min(height / out_h, width / out_w)
-    crop_h, crop_w = out_h * scale, out_w * scale
-    top, left = (height - crop_h) / 2, (width - crop_w) / 2
-    return resize_region(image, (left, top, left + crop_w, top + crop_h), (out_h, out_w))
+    return resize_region(image, center_crop_box(height, width, out_h, out_w), (out_h, out_w))
 
 
 def load_image(path, image_size, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
