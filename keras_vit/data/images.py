@@ -105,11 +105,72 @@ def open_image(path, max_pixels=DEFAULT_MAX_PIXELS):
     return image
 
 
+# Pillow modes of 8 bits per sample, converted to RGB or luminance by Pillow itself: bilevel,
+# gray, palette, RGB, CMYK (the plain formula, R = (255 - C) * (255 - K) / 255, without an ICC
+# profile, as for RGB), YCbCr (JPEG's formula), and the same with transparency. Pillow decodes
+# 16-bit colour PNGs to RGB / RGBA by each sample's high byte (within one level of value / 257).
+_EIGHT_BIT_MODES = frozenset({"1", "L", "P", "RGB", "RGBX", "CMYK", "YCbCr"})
+_ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
+# Pillow widens 16-bit grayscale to mode I (32-bit integers) for these formats, scaled to
+# [0, 65535] (a PGM's maxval of 4095 reads as 0-65535); older Pillows did so for PNG too.
+_SIXTEEN_BIT_AS_I = frozenset({"PNG", "PPM"})
+
+
+def _refuse_pixels(path, image_format, mode, what, fix):
+    raise ImageFileError(f"{quote(os.fspath(path))} ({image_format or 'image'}, Pillow mode {mode}) {what}. {fix}")
+
+
+def _high_depth_gray(image, path, image_format):
+    """A 16-bit, 32-bit integer or float grayscale image as [0, 255] gray levels (the rule below)."""
+    mode = image.mode
+    values = np.asarray(image).astype("float64")
+    if mode.startswith("I;16"):
+        white = 65535.0  # 16-bit samples: white is 65535, so value * 255 / 65535 (= value / 257)
+    elif mode == "I":
+        # 32-bit integers have no agreed white level (a TIFF of counts, depths or labels); the one
+        # known case is 16-bit data Pillow widened, which is scaled like I;16. Anything else would be
+        # a guess that silently turns a [0, 255] or a [0, 4095] image black: refused.
+        if image_format not in _SIXTEEN_BIT_AS_I or values.min() < 0 or values.max() > 65535:
+            _refuse_pixels(path, image_format, mode, f"holds 32-bit integer pixels (from {values.min():g} to "
+                           f"{values.max():g}) with no agreed white level",
+                           "Save it as an 8-bit image (0-255) or a 16-bit PNG (0-65535 for black to white), "
+                           "or pass its pixels to the model as a [0, 255] array")
+        white = 65535.0
+    else:  # "F": 32-bit floats, from float TIFFs and PFM files
+        low, high = (values.min(), values.max()) if np.isfinite(values).all() else (np.nan, np.nan)
+        # [0, 1] is the float convention of image libraries (scikit-image, TIFFs from scientific
+        # pipelines): scaled to [0, 255]; values already in [0, 255] are kept. An image whose
+        # brightest pixel is at most 1 is read as [0, 1] data.
+        if 0.0 <= low and high <= 1.0:
+            white = 1.0
+        elif 0.0 <= low and high <= 255.0:
+            white = 255.0
+        else:
+            _refuse_pixels(path, image_format, mode, f"holds float pixels from {low:g} to {high:g}, neither in "
+                           "[0, 1] nor in [0, 255]", "Rescale them to [0, 1] or [0, 255] and save it again, or "
+                           "pass them to the model as a [0, 255] array")
+    gray = np.rint(values * (255.0 / white))
+    transparent = image.info.get("transparency")
+    if isinstance(transparent, int):  # a 16-bit PNG's tRNS gray level: those pixels are transparent
+        gray[np.asarray(image) == transparent] = 255.0  # over white, as for every other mode
+    return gray
+
+
 def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
     """Decode an image file to a float32 `(height, width, num_channels)` array of [0, 255] pixels.
 
     Upright by its EXIF orientation, transparency composited over white,
-    converted to RGB (`num_channels=3`) or luminance (`1`).
+    converted to RGB (`num_channels=3`) or luminance (`1`). Every pixel
+    format becomes the 8-bit levels a viewer shows, or is refused:
+
+    - 8-bit modes (1, L, P, RGB, CMYK, YCbCr and their transparent forms):
+      Pillow's conversion; 16-bit colour PNGs are read by their high byte.
+    - 16-bit grayscale (I;16, I;16B, I;16L; 16-bit PNG and TIFF, PGM):
+      `value / 257` rounded, so 65535 is white.
+    - 32-bit integers (mode I, e.g. a TIFF): no agreed white level, refused.
+    - floats (mode F: float TIFF, PFM): `[0, 1]` scaled to `[0, 255]`,
+      `[0, 255]` kept (rounded), anything else (or NaN) refused.
+    - other modes (LAB, HSV, ...): refused, naming the mode.
 
     Args:
         path: str or path-like. An image file.
@@ -129,12 +190,24 @@ def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
         raise ValueError(f"`num_channels` must be 1 or 3 to read image files. Received: num_channels={num_channels!r}")
     with open_image(path, max_pixels) as image, warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size was checked on open
+        image_format = image.format  # the transposed copy below forgets it
+        if image.mode not in _EIGHT_BIT_MODES | _ALPHA_MODES and not image.mode.startswith("I;16") \
+                and image.mode not in ("I", "F"):
+            _refuse_pixels(path, image_format, image.mode, "has a pixel format keras_vit does not read",
+                           "Convert it to RGB (8 or 16 bits) or grayscale with an image editor and save it as PNG")
         try:
             image = ImageOps.exif_transpose(image)
-            if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-                rgba = image.convert("RGBA")
-                image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
-            array = np.asarray(image.convert(mode), dtype="float32")
+            if image.mode.startswith("I") or image.mode == "F":
+                gray = _high_depth_gray(image, path, image_format)
+                array = gray if num_channels == 1 else np.repeat(gray[..., None], 3, axis=-1)
+                array = array.astype("float32")
+            else:
+                if image.mode in _ALPHA_MODES or "transparency" in image.info:
+                    rgba = image.convert("RGBA")
+                    image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+                array = np.asarray(image.convert(mode), dtype="float32")
+        except ImageFileError:
+            raise
         except (OSError, SyntaxError, ValueError) as error:
             raise ImageFileError(
                 f"{quote(os.fspath(path))} is truncated or corrupt ({error}); copy or download it again."
