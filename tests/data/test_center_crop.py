@@ -85,7 +85,8 @@ def test_the_box_is_the_exact_centred_box_rounded_once():
     for out_h, out_w in MODEL_SIZES:
         for height, width in rng.integers(1, 4097, (300, 2)).tolist() + [[58, 76], [235, 232], [232, 309]]:
             exact = _exact_box(height, width, out_h, out_w)
-            assert images.center_crop_box(height, width, out_h, out_w) == tuple(float(v) for v in exact), (height, width)
+            box = images.center_crop_box(height, width, out_h, out_w)
+            assert box == tuple(float(v) for v in exact), (height, width, out_h, out_w)
 
 
 def _photo(height, width, seed=0):

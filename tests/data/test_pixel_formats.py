@@ -54,7 +54,8 @@ def _write_png16(path, samples):
 
 def _write_pgm(path, samples, maxval):
     with open(path, "wb") as handle:
-        handle.write(b"P5\n%d %d\n%d\n" % (samples.shape[1], samples.shape[0], maxval) + samples.astype(">u2").tobytes())
+        header = b"P5\n%d %d\n%d\n" % (samples.shape[1], samples.shape[0], maxval)
+        handle.write(header + samples.astype(">u2").tobytes())
 
 
 def _save(name, image, **kwargs):
