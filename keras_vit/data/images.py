@@ -13,9 +13,12 @@ exactly the pixels it was evaluated on:
   refused with a message naming the file and the fix; so is a truncated file;
 - turn the image upright by its EXIF orientation (phone photos);
 - composite transparency over white (as a browser shows it), then convert to
-  RGB or grayscale (the first frame of an animated GIF);
+  RGB or grayscale (the first frame of an animated GIF); 16-bit and float
+  pixels become [0, 255] levels by a stated rule, pixels without one (32-bit
+  integers, out-of-range floats, LAB) are refused (`read_image`);
 - resize the shorter side to the model's size and crop the centre
-  (`center_crop`), bicubic, as the ViT checkpoints' own evaluation does.
+  (`center_crop`, its box from integers so it never leaves the image),
+  bicubic, as the ViT checkpoints' own evaluation does.
 """
 
 import os
