@@ -77,14 +77,11 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
     if steps_per_epoch is not None:
         accumulation = max(1, min(accumulation, steps_per_epoch))
     warmup = max(1, int(total_steps * settings["warmup_fraction"]))
-    # Keras evaluates a schedule at every batch, not at every update (with
-    # accumulation, `optimizer.iterations` counts updates but the schedule is
-    # given the batch count), so the schedule is laid out in batches: warm-up
-    # over the first 5% of the updates, cosine decay to zero at the last one.
-    schedule = keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0, decay_steps=max(1, total_steps - warmup) * accumulation,
-        warmup_target=learning_rate, warmup_steps=warmup * accumulation,
-    )
+    # Warm-up over the first 5% of the updates, cosine decay over the rest;
+    # every update, the first included, at a non-zero rate. Keras evaluates a
+    # schedule at the batch count, not the update count, so the schedule is
+    # laid out in batches (see `warmup_cosine_schedule`).
+    schedule = optimizers.warmup_cosine_schedule(learning_rate, warmup, total_steps, accumulation)
     common = {"learning_rate": schedule, "global_clipnorm": settings["global_clipnorm"],
               "gradient_accumulation_steps": accumulation if accumulation > 1 else None}
     # keras_vit's optimizers, not Keras': under a tf.distribute strategy Keras'
