@@ -425,10 +425,21 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
 
 
 def save_model(model, path):
-    """`model.save(path)` through a temporary name, so a kill leaves the old file or the new one.
+    """`model.save(path)` for use: without the optimizer's state, through a temporary name.
 
-    In a job of several processes only process 0 writes (the others return).
+    The file holds the model (its config and weights) but not the state of
+    the optimizer it was trained with, which would triple the size of an
+    AdamW-trained model; the run directory's checkpoint keeps that state to
+    resume. A kill leaves the old file or the new one. In a job of several
+    processes only process 0 writes (the others return).
     """
+    from keras_vit.presets.keras_vit_format import optimizer_set_aside
+
+    with optimizer_set_aside(model):
+        _save_model_file(model, path)
+
+
+def _save_model_file(model, path):
     if not processes.is_chief():
         if processes.saving_is_collective():
             with processes.discarded_directory() as scratch:
