@@ -231,8 +231,9 @@ def fewshot_evaluate_folder(model, data_dir, test_dir=None, test_split=0.2, shot
     Returns:
         `(results, class_names)`.
     """
-    from keras_vit.data.image_folder import read_image_folder, stratified_split
+    from keras_vit.data.image_folder import check_held_out, read_image_folder, stratified_split
 
+    check_held_out(data_dir, test_dir, "test_dir")  # before any image is decoded
     backbone = getattr(model, "backbone", model)
     size, channels = tuple(backbone.image_size), backbone.num_channels
     images, labels, class_names = read_image_folder(data_dir, size, channels, on_bad_file=on_bad_file)

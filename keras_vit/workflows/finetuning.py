@@ -283,6 +283,7 @@ def finetune(
     >>> result["accuracy"], result["class_names"]
     """
     from keras_vit.data import AugmentPolicy, check_labels, image_folder_datasets
+    from keras_vit.data.image_folder import check_held_out
     from keras_vit.workflows.training import (
         check_run_dir, check_training_arguments, default_run_dir, finish_run, fit_resumable)
 
@@ -296,6 +297,7 @@ def finetune(
         raise ArgumentError(f"No such image folder: {quote(data_dir)}. Give a directory with one subfolder per class.")
     if validation_dir is not None and not os.path.isdir(validation_dir):
         raise ArgumentError(f"No such validation folder: {quote(validation_dir)}.")
+    check_held_out(data_dir, validation_dir, "validation_dir")
     check_output_dir(output)
     if run_dir == "auto":
         run_dir = default_run_dir(output)
