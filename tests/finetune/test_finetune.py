@@ -217,3 +217,48 @@ def test_a_backup_from_other_settings_is_not_resumed(tmp_path):
     model.stop_training = True
     checkpoint.on_epoch_end(1, {"loss": float("nan")})
     assert EpochCheckpoint(backup, {"epochs": 2, "seed": 0}).restore(model) == 1
+
+
+@pytest.mark.one_backend("an argument check before any work")
+def test_lora_with_a_variant_is_refused_before_any_work(folder, monkeypatch, capsys):
+    from keras_vit.utils.errors import ArgumentError
+    from keras_vit.workflows import finetuning
+
+    monkeypatch.setattr(finetuning, "load_for_finetuning", lambda *a, **k: pytest.fail("model built"))
+    with pytest.raises(ArgumentError, match="`lora_rank` trains low-rank updates of frozen pre-trained weights"):
+        keras_vit.finetune(folder, variant="ViT-Ti/16", lora_rank=4)
+    assert cli.main(["finetune", folder, "--variant", "ViT-Ti/16", "--lora", "4"]) == 2
+    assert "--lora" in capsys.readouterr().err
+
+
+def test_finetuning_an_int8_model_is_refused_with_the_fix(folder, tmp_path, monkeypatch):
+    from keras_vit.data import image_folder
+    from keras_vit.utils.errors import ArgumentError
+    from keras_vit.workflows.quantization import quantize_model
+
+    model = keras_vit.ViTClassifier.from_variant("ViT-Ti/16", image_size=8, patch_size=4, hidden_dim=16,
+                                                 num_layers=1, num_heads=2, mlp_dim=32, num_classes=3)
+    quantize_model(model).save(str(tmp_path / "int8.keras"))
+    monkeypatch.setattr(image_folder, "image_folder_datasets", lambda *a, **k: pytest.fail("images decoded"))
+    monkeypatch.setattr(keras_vit.data, "image_folder_datasets", lambda *a, **k: pytest.fail("images decoded"))
+    with pytest.raises(ArgumentError, match="`preset` holds an int8-quantized model.*Fine-tune the float model"):
+        keras_vit.finetune(folder, preset=str(tmp_path / "int8.keras"), image_size=8)
+
+
+@pytest.mark.slow
+def test_training_from_scratch_on_a_small_folder_warns_once_with_what_helps(folder):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        keras_vit.finetune(folder, variant="ViT-Ti/16", image_size=32, epochs=1, batch_size=8, recipe="adamw",
+                           run_dir=None, verbose=0, validation_split=0.2)
+    scratch = [w for w in caught if "from scratch" in str(w.message)]
+    said = [str(w.message) for w in scratch]
+    assert len(said) == 1, said
+    # 3 classes of 6 images, 20% held out: 15 training images.
+    for words in ("ViT-Ti/16 from scratch on 15 images of 3 classes", "54%", "75%", "--preset", "R26+ViT-S/32",
+                  "keras-vit pretrain"):
+        assert words in said[0], (words, said[0])
+    printed = warnings.formatwarning(scratch[0].message, scratch[0].category, "x.py", 1)
+    assert printed.count("\n") == 1 and "x.py" not in printed
