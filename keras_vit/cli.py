@@ -98,10 +98,11 @@ def _flag_names(parser):
     return names
 
 
-# TensorFlow's native log records: absl's ("I0000 00:00:1795643830.098469    8857 cudart_stub.cc:31] ...") and
-# TSL's older form ("2025-09-17 14:44:05.157831: I external/.../cudart_stub.cc:32] ..."), severity letter first.
+# TensorFlow's native log records: absl's ("I0000 00:00:1795643830.098469    8857 cudart_stub.cc:31] ...": before
+# absl is initialised the seconds count from 1970) and TSL's older form ("2025-09-17 14:44:05.157831: I
+# external/.../cudart_stub.cc:32] ..."). The severity letter is what matters.
 _NATIVE_LOG_RECORD = re.compile(
-    rb"^(?:(?P<absl>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?P<tsl>[IWEF]) )\S+:\d+\] "
+    rb"^(?:(?P<absl>[IWEF])\d{4} [0-9:.]+ +\d+ |\d{4}-\d\d-\d\d [0-9:.]+: (?P<tsl>[IWEF]) )\S+:\d+\] "
 )
 _ABSL_BANNER = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
