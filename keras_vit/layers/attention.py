@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.layers import fused
-from keras_vit.utils.values import check_count, check_rate
+from keras_vit.utils.values import check_choice, check_count, check_divisible, check_rate
 
 # The column orders of the fused qkv projection (see `qkv_column_order`).
 QKV_LAYOUTS = ("heads", "timm")
@@ -37,8 +37,7 @@ def qkv_column_order(num_heads, head_dim, qkv_layout):
     >>> qkv_column_order(2, 1, "heads")  # q0 k0 v0 q1 k1 v1 from q0 q1 k0 k1 v0 v1
     array([0, 2, 4, 1, 3, 5])
     """
-    if qkv_layout not in QKV_LAYOUTS:
-        raise ValueError(f"`qkv_layout` must be one of {QKV_LAYOUTS}. Received: qkv_layout={qkv_layout!r}")
+    check_choice(qkv_layout, QKV_LAYOUTS, "qkv_layout")
     timm = np.arange(3 * num_heads * head_dim).reshape(3, num_heads, head_dim)  # (q|k|v, H, Dh)
     if qkv_layout == "timm":
         return timm.reshape(-1)
@@ -104,8 +103,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if qkv_layout not in QKV_LAYOUTS:
-            raise ValueError(f"`qkv_layout` must be one of {QKV_LAYOUTS}. Received: qkv_layout={qkv_layout!r}")
+        check_choice(qkv_layout, QKV_LAYOUTS, "qkv_layout")
         check_count(num_heads, "num_heads")
         check_rate(attention_dropout, "attention_dropout")
         check_rate(dropout, "dropout")
@@ -125,15 +123,20 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv = hidden_dim * 3 * hidden_dim + (3 * hidden_dim if self.use_bias else 0)
         return qkv + hidden_dim * hidden_dim + hidden_dim
 
+    def check_width(self, hidden_dim):
+        """Refuse a token width that the heads cannot share equally.
+
+        `build` asks it of the width it receives; a model asks it of its
+        `hidden_dim` before it creates any weight.
+        """
+        check_divisible(
+            hidden_dim, "hidden_dim", self.num_heads, "num_heads", reason=" so each head gets an equal share",
+            fix="Choose `num_heads` that divides `hidden_dim`.",
+        )
+
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
-        if hidden_dim % self.num_heads:
-            raise ValueError(
-                f"The token width {hidden_dim} is not divisible by num_heads="
-                f"{self.num_heads}. Choose `num_heads` that divides "
-                f"`hidden_dim`. Received: hidden_dim={hidden_dim}, "
-                f"num_heads={self.num_heads}"
-            )
+        self.check_width(hidden_dim)
         self.hidden_dim = hidden_dim
         self.head_dim = hidden_dim // self.num_heads
         self.scale = self.head_dim**-0.5

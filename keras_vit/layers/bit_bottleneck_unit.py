@@ -6,7 +6,7 @@ from keras import ops
 from keras_vit.layers import fused
 
 from keras_vit.layers.std_conv import StdConv2D
-from keras_vit.utils.values import check_count, check_group_count
+from keras_vit.utils.values import check_count, check_group_count, is_int
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -58,7 +58,7 @@ class BiTBottleneckUnit(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if bottleneck_filters is None and isinstance(filters, int):
+        if bottleneck_filters is None and is_int(filters):
             bottleneck_filters = max(1, filters // 4)
         check_group_count(filters, num_groups, "filters")
         check_group_count(bottleneck_filters, num_groups, "bottleneck_filters")

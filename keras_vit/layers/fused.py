@@ -23,6 +23,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.utils.values import check_choice, to_pair
+
 
 def _is_torch():
     return keras.backend.backend() == "torch"
@@ -115,8 +117,7 @@ def qkv_attention(qkv, num_heads, scale, qkv_layout="timm"):
     batch, tokens, width = ops.shape(qkv)
     hidden_dim = width // 3
     head_dim = hidden_dim // num_heads
-    if qkv_layout not in ("timm", "heads"):
-        raise ValueError(f"`qkv_layout` must be 'timm' or 'heads'. Received: qkv_layout={qkv_layout!r}")
+    check_choice(qkv_layout, ("heads", "timm"), "qkv_layout")
     per_head = qkv_layout == "heads"
     if _is_torch():
         import torch
@@ -162,7 +163,7 @@ def conv2d(inputs, kernel, strides=1):
     if _is_torch():
         import torch
 
-        strides = (strides, strides) if isinstance(strides, int) else tuple(strides)
+        strides = to_pair(strides, "strides")
         x = ops.convert_to_tensor(inputs).permute(0, 3, 1, 2)  # (B, C, H, W) view of channels-last memory
         x = x.contiguous(memory_format=torch.channels_last)  # a no-op unless `inputs` was not contiguous
         w = ops.convert_to_tensor(kernel).permute(3, 2, 0, 1)  # (out, in, kh, kw)

@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.layers.patches import check_dtype, check_image_shape
+from keras_vit.utils.values import check_number, check_optional_count, per_channel, to_pair
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -34,26 +35,24 @@ class ImageNormalization(keras.layers.Layer):
 
     def __init__(self, scale=1.0 / 255.0, mean=0.5, std=0.5, num_channels=None, image_size=None, **kwargs):
         super().__init__(**kwargs)
+        check_number(scale, "scale")
+        check_optional_count(num_channels, "num_channels")
         self.scale = float(scale)
-        self.mean = self._per_channel(mean, "mean", num_channels)
-        self.std = self._per_channel(std, "std", num_channels)
-        if any(s <= 0 for s in self.std):
-            raise ValueError(f"`std` must be positive. Received: std={std!r}")
-        self.num_channels = num_channels
-        self.image_size = None if image_size is None else tuple(image_size)
-        # Fold (x * scale - mean) / std into x * multiplier + offset.
-        self._multiplier = np.asarray([self.scale / s for s in self.std], "float32")
-        self._offset = np.asarray([-m / s for m, s in zip(self.mean, self.std)], "float32")
-
-    @staticmethod
-    def _per_channel(value, name, num_channels):
-        values = [float(value)] if np.isscalar(value) else [float(v) for v in value]
-        if num_channels is not None and len(values) not in (1, num_channels):
+        # With a known channel count a single value is repeated to one per channel.
+        self.mean = per_channel(mean, "mean", num_channels)
+        self.std = per_channel(std, "std", num_channels, positive=True)
+        if 1 not in (len(self.mean), len(self.std)) and len(self.mean) != len(self.std):
             raise ValueError(
-                f"`{name}` must have one value or one per channel ({num_channels}). "
-                f"Received: {name}={value!r}"
+                "`mean` and `std` must have as many values as each other, or one of them a single value. "
+                f"Received: mean={mean!r}, std={std!r}"
             )
-        return tuple(values)
+        self.num_channels = num_channels
+        self.image_size = None if image_size is None else to_pair(image_size, "image_size")
+        # Fold (x * scale - mean) / std into x * multiplier + offset, one pair per channel
+        # (a single mean or std applies to every channel of the other).
+        mean_values, std_values = np.broadcast_arrays(np.asarray(self.mean), np.asarray(self.std))
+        self._multiplier = (self.scale / std_values).astype("float32")
+        self._offset = (-mean_values / std_values).astype("float32")
 
     def _check(self, shape):
         if shape and shape[0] == 0:

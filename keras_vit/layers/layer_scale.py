@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.utils.values import check_number
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class LayerScale(keras.layers.Layer):
@@ -22,8 +24,7 @@ class LayerScale(keras.layers.Layer):
 
     def __init__(self, init_value, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(init_value, (int, float)) or isinstance(init_value, bool):
-            raise ValueError(f"`init_value` must be a float. Received: init_value={init_value!r}")
+        check_number(init_value, "init_value")
         self.init_value = float(init_value)
 
     def parameter_count(self, hidden_dim):

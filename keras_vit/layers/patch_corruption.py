@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.utils.values import check_rate
+
 # Values of the `mode` tensor returned by `PatchCorruption.sample`.
 KEEP = 0  # not selected: the patch is not corrupted and carries no loss
 MASKED = 1  # replaced by the learned [mask] embedding
@@ -63,13 +65,9 @@ class PatchCorruption(keras.layers.Layer):
 
     def __init__(self, corruption_rate=0.5, mask_rate=0.8, random_rate=0.1, seed=None, **kwargs):
         super().__init__(**kwargs)
-        if not 0.0 < corruption_rate <= 1.0:
-            raise ValueError(
-                f"`corruption_rate` must be in (0, 1]. Received: corruption_rate={corruption_rate}"
-            )
-        for name, value in (("mask_rate", mask_rate), ("random_rate", random_rate)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"`{name}` must be in [0, 1]. Received: {name}={value}")
+        check_rate(corruption_rate, "corruption_rate", include_zero=False, include_one=True)
+        check_rate(mask_rate, "mask_rate", include_one=True)
+        check_rate(random_rate, "random_rate", include_one=True)
         if mask_rate + random_rate > 1.0 + 1e-9:
             raise ValueError(
                 "`mask_rate + random_rate` must not exceed 1 (the rest of the corrupted "

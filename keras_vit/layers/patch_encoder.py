@@ -6,8 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.layers.patches import normalize_pair
-from keras_vit.utils.values import check_count, check_rate
+from keras_vit.utils.values import check_choice, check_count, check_divisible, check_rate, to_pair
 
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "none")
 
@@ -28,11 +27,10 @@ def sincos_2d_position_embedding(grid_size, hidden_dim, temperature=10000.0):
     Returns:
         A float32 array of shape `(rows * cols, hidden_dim)`.
     """
-    if hidden_dim % 4:
-        raise ValueError(
-            "The 2-D sin-cos position embedding needs `hidden_dim` divisible "
-            f"by 4. Received: hidden_dim={hidden_dim}"
-        )
+    check_divisible(
+        hidden_dim, "hidden_dim", 4, reason=" for the 2-D sin-cos position embedding",
+        fix="Choose a width that is a multiple of 4, or position_embedding='learned'.",
+    )
     rows, cols = grid_size
     quarter = hidden_dim // 4
     omega = np.arange(quarter, dtype=np.float64) / max(quarter - 1, 1)
@@ -110,15 +108,11 @@ class PatchEncoder(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         check_count(hidden_dim, "hidden_dim")
-        if position_embedding not in POSITION_EMBEDDINGS:
-            raise ValueError(
-                f"Unknown `position_embedding`. Use one of {POSITION_EMBEDDINGS}. "
-                f"Received: position_embedding={position_embedding!r}"
-            )
+        check_choice(position_embedding, POSITION_EMBEDDINGS, "position_embedding")
         check_count(num_register_tokens, "num_register_tokens", minimum=0)
         check_rate(dropout, "dropout")
         self.hidden_dim = hidden_dim
-        self.grid_size = None if grid_size is None else normalize_pair(grid_size, "grid_size")
+        self.grid_size = None if grid_size is None else to_pair(grid_size, "grid_size")
         self.use_class_token = bool(use_class_token)
         self.num_register_tokens = num_register_tokens
         self.position_embedding = position_embedding

@@ -3,27 +3,7 @@
 import keras
 from keras import ops
 
-
-def normalize_pair(value, name):
-    """Return `value` as a `(height, width)` tuple of positive ints.
-
-    Accepts an int (square) or a sequence of two ints, and raises a
-    `ValueError` naming the argument otherwise.
-    """
-    if isinstance(value, int) and not isinstance(value, bool):
-        pair = (value, value)
-    elif isinstance(value, (tuple, list)) and len(value) == 2:
-        pair = tuple(value)
-    else:
-        raise ValueError(
-            f"`{name}` must be an int or a tuple of two ints (height, width). "
-            f"Received: {name}={value!r}"
-        )
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
-        raise ValueError(
-            f"`{name}` must contain positive integers. Received: {name}={value!r}"
-        )
-    return tuple(int(v) for v in pair)
+from keras_vit.utils.values import to_pair
 
 
 def _looks_channels_first(shape, num_channels):
@@ -142,7 +122,7 @@ class Patches(keras.layers.Layer):
 
     def __init__(self, patch_size, **kwargs):
         super().__init__(**kwargs)
-        self.patch_size = normalize_pair(patch_size, "patch_size")
+        self.patch_size = to_pair(patch_size, "patch_size")
 
     def build(self, input_shape):
         check_image_shape(input_shape, self.patch_size, layer_name=f"Layer '{self.name}'")

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import fused
+from keras_vit.utils.values import check_choice, check_count, check_number, to_pair
 
 
 def same_padding(size, kernel_size, stride, dilation=1):
@@ -27,18 +28,6 @@ def same_padding(size, kernel_size, stride, dilation=1):
     """
     total = max((math.ceil(size / stride) - 1) * stride + (kernel_size - 1) * dilation + 1 - size, 0)
     return total // 2, total - total // 2
-
-
-def _pair(value, name):
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value, value)
-    if (
-        not isinstance(value, (tuple, list))
-        or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
-    ):
-        raise ValueError(f"`{name}` must be a positive int or a tuple of two positive ints. Received: {name}={value!r}")
-    return tuple(int(v) for v in value)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -99,15 +88,12 @@ class StdConv2D(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(filters, int) or isinstance(filters, bool) or filters <= 0:
-            raise ValueError(f"`filters` must be a positive int. Received: filters={filters!r}")
-        if padding not in ("same", "valid"):
-            raise ValueError(f"`padding` must be 'same' or 'valid'. Received: padding={padding!r}")
-        if not isinstance(epsilon, (int, float)) or epsilon < 0:
-            raise ValueError(f"`epsilon` must be a non-negative float. Received: epsilon={epsilon!r}")
-        self.filters = filters
-        self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.strides = _pair(strides, "strides")
+        check_count(filters, "filters")
+        check_choice(padding, ("same", "valid"), "padding")
+        check_number(epsilon, "epsilon", minimum=0)
+        self.filters = int(filters)
+        self.kernel_size = to_pair(kernel_size, "kernel_size")
+        self.strides = to_pair(strides, "strides")
         self.padding = padding
         self.use_bias = use_bias
         self.epsilon = float(epsilon)

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.utils.values import check_choice, check_count
+
 POOLINGS = ("token", "gap")
 
 
@@ -27,8 +29,8 @@ class TokenPooling(keras.layers.Layer):
 
     def __init__(self, pooling="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
-        if pooling not in POOLINGS:
-            raise ValueError(f"Unknown `pooling`. Use one of {POOLINGS}. Received: pooling={pooling!r}")
+        check_choice(pooling, POOLINGS, "pooling")
+        check_count(num_prefix_tokens, "num_prefix_tokens", minimum=0)
         if pooling == "token" and num_prefix_tokens < 1:
             raise ValueError(
                 'pooling="token" needs a class token, but the backbone has none '

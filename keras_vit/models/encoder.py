@@ -10,6 +10,8 @@ import collections
 
 import keras
 
+from keras_vit.utils.values import is_int
+
 EncoderLayers = collections.namedtuple(
     "EncoderLayers", ["preprocessing", "stem", "patches", "patch_encoder", "blocks", "final_norm"]
 )
@@ -87,16 +89,16 @@ def resolve_block_indices(indices, num_layers, name="blocks"):
     """
     if indices is None:
         return list(range(num_layers))
-    if isinstance(indices, int) and not isinstance(indices, bool):
+    if is_int(indices):
         indices = [indices]
     resolved = []
     for index in indices:
-        if not isinstance(index, int) or isinstance(index, bool) or not -num_layers <= index < num_layers:
+        if not is_int(index) or not -num_layers <= index < num_layers:
             raise ValueError(
                 f"`{name}` must hold block indices from {-num_layers} to {num_layers - 1} "
                 f"(this backbone has {num_layers} blocks). Received: {name}={indices!r}"
             )
-        resolved.append(index % num_layers)
+        resolved.append(int(index) % num_layers)
     return sorted(set(resolved))
 
 

@@ -13,6 +13,7 @@ import keras
 
 from keras_vit.layers.bit_bottleneck_unit import BiTBottleneckUnit
 from keras_vit.layers.bit_root import BiTRoot
+from keras_vit.utils.values import check_count, check_counts
 
 
 def bit_resnet_stem(
@@ -63,15 +64,8 @@ def bit_resnet_stem(
     >>> stem = keras_vit.models.bit_resnet_stem((3, 4, 9))
     >>> backbone = keras_vit.ViTBackbone(image_size=224, patch_size=1, stem=stem)
     """
-    if not isinstance(stage_depths, (tuple, list)) or not all(
-        isinstance(depth, int) and not isinstance(depth, bool) and depth > 0 for depth in stage_depths
-    ):
-        raise ValueError(
-            "`stage_depths` must be a tuple of positive ints, one per stage (empty for the root alone). "
-            f"Received: stage_depths={stage_depths!r}"
-        )
-    if not isinstance(width, int) or isinstance(width, bool) or width <= 0:
-        raise ValueError(f"`width` must be a positive int. Received: width={width!r}")
+    check_counts(stage_depths, "stage_depths", what=", one per stage (empty for the root alone)")
+    check_count(width, "width")
     options = dict(
         num_groups=num_groups, std_conv_epsilon=std_conv_epsilon, group_norm_epsilon=group_norm_epsilon, dtype=dtype
     )

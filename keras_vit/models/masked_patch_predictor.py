@@ -7,7 +7,7 @@ from keras_vit.layers.patch_corruption import KEEP, PatchCorruption
 from keras_vit.models.base import ViTModel
 from keras_vit.models.encoder import encode, encoder_layers
 from keras_vit.models.vit_backbone import ViTBackbone
-from keras_vit.utils import per_channel
+from keras_vit.utils.values import check_choice, check_count, per_channel
 
 TARGETS = ("mean_color", "mean_color_4x4", "pixels")
 # The 4x4 target downsizes each patch to a SUBGRID x SUBGRID grid of mean colours.
@@ -118,10 +118,9 @@ class MaskedPatchPredictor(ViTModel, keras.Model):
                 "`backbone` must be a keras_vit.ViTBackbone, for example "
                 f"`keras_vit.ViTBackbone.from_variant('ViT-S/16')`. Received: backbone={type(backbone).__name__}"
             )
-        if target not in TARGETS:
-            raise ValueError(f"Unknown `target`. Use one of {TARGETS}. Received: target={target!r}")
-        if not isinstance(color_bits, int) or isinstance(color_bits, bool) or not 1 <= color_bits <= 8:
-            raise ValueError(f"`color_bits` must be an int from 1 to 8. Received: color_bits={color_bits!r}")
+        check_choice(target, TARGETS, "target")
+        check_count(color_bits, "color_bits", maximum=8)
+        color_bits = int(color_bits)  # a Python int in the config
         if getattr(backbone, "stem", None) is not None:
             raise ValueError(
                 "Masked patch prediction needs a backbone that cuts patches from the image "

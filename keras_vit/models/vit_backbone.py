@@ -11,8 +11,7 @@ from keras_vit.layers.transformer_block import TransformerBlock
 from keras_vit.models.encoder import EncoderLayers, encode, encoder_layers, resolve_block_indices
 from keras_vit.models.hybrid import bit_resnet_stem
 from keras_vit.models.variants import parse_variant
-from keras_vit.utils import to_pair
-from keras_vit.utils.values import check_count, check_rate
+from keras_vit.utils.values import check_count, check_rate, to_pair
 from keras_vit.utils.resample import resample_position_embedding
 
 
@@ -209,16 +208,13 @@ class ViTBackbone(ViTModel, keras.Model):
         first_block = transformer_block(0)
 
         # Rules across layers, checked before any weight is created: typo-sized widths and token
-        # counts, heads that share the width, and the parameter count each layer gives for itself.
+        # counts, heads that share the width (the attention layer's own rule), and the parameter
+        # count each layer gives for itself.
         for key, value in (("hidden_dim", hidden_dim), ("mlp_dim", mlp_dim),
                            ("num_register_tokens", num_register_tokens),
                            ("tokens", patch_encoder.num_prefix_tokens + grid_size[0] * grid_size[1])):
             check_limit(value, key)
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"`hidden_dim` must be divisible by `num_heads` so each head gets "
-                f"an equal share. Received: hidden_dim={hidden_dim}, num_heads={num_heads}"
-            )
+        first_block.attention.check_width(hidden_dim)
         final_norm_parameters = 2 * hidden_dim if final_norm else 0  # a LayerNorm's scale and offset
         check_parameter_count(
             patch_encoder.parameter_count(patch_size[0] * patch_size[1] * feature_channels)

@@ -6,6 +6,7 @@ import numpy as np
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.models.base import QUANTIZATION_KEY, ViTModel
 from keras_vit.models.vit_backbone import ViTBackbone, check_images_rank, check_parameter_count
+from keras_vit.utils.values import check_count, check_optional_count, check_rate
 
 # The one named class list; `keras_vit.decode_predictions` reads its names.
 NAMED_CLASS_LISTS = {"imagenet-1k": 1000}
@@ -98,15 +99,13 @@ class ViTClassifier(ViTModel, keras.Model):
                 "`keras_vit.ViTBackbone.from_variant('ViT-B/16')`; to classify from another network, "
                 f"pass it as a hybrid's `stem`. Received: backbone={type(backbone).__name__}"
             )
-        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes <= 0:
-            raise ValueError(f"`num_classes` must be a positive int. Received: num_classes={num_classes!r}")
-        if representation_size is not None and (not isinstance(representation_size, int) or representation_size <= 0):
-            raise ValueError(
-                "`representation_size` must be a positive int or None. "
-                f"Received: representation_size={representation_size!r}"
-            )
-        if pooling not in ("token", "gap"):
-            raise ValueError(f"Unknown `pooling`. Use one of ('token', 'gap'). Received: pooling={pooling!r}")
+        check_count(num_classes, "num_classes")
+        check_optional_count(representation_size, "representation_size")
+        check_rate(head_dropout, "head_dropout")
+        # Python ints in the config (numpy ints pass the rule but not JSON).
+        num_classes = int(num_classes)
+        representation_size = None if representation_size is None else int(representation_size)
+        # `pooling` is TokenPooling's argument: the layer checks it below, before any weight exists.
         class_names = check_class_names(class_names, num_classes)
         check_parameter_count(backbone.hidden_dim * num_classes, "ViTClassifier head")
         num_prefix_tokens = backbone.num_prefix_tokens

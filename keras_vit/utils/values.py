@@ -1,30 +1,125 @@
-"""Argument helpers: image-size pairs, per-channel values, counts, group counts and rates."""
+"""Argument rules: the checks layers and models apply to their constructor arguments.
+
+One function per rule, so each rule is written once and every message has
+the same form, "`name` must be ... Received: name=value". What only one
+model means (its size limits, its class-name lists) stays with that model.
+
+- `is_int`: the one test of "an integer" (numpy integers yes, bools no).
+- `check_count`, `check_optional_count`, `check_counts`: sizes and counts.
+- `check_rate`: dropout-like rates and other fractions.
+- `check_number`: finite numbers such as epsilons and initial values.
+- `check_choice`: one of a fixed set of names.
+- `check_divisible`, `check_group_count`: a size that must split evenly.
+- `to_pair`: image sizes, patch sizes, grids, kernels and strides.
+- `per_channel`: one value, or one per channel.
+"""
 
 import math
 import numbers
 
 
-def _is_int(value):
+def is_int(value):
+    """Whether `value` is an integer: a Python or numpy int, never a bool.
+
+    `True` is an `int` to Python, but `num_classes=True` is a mistake, not
+    the number 1.
+    """
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_count(value, name, minimum=1):
+def _is_real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _int_kind(minimum, maximum=None):
+    if maximum is not None:
+        return f"an int from {minimum} to {maximum}"
+    return "a positive int" if minimum == 1 else f"an int >= {minimum}"
+
+
+def check_count(value, name, minimum=1, maximum=None):
     """Refuse anything but an int of at least `minimum` (a bool is not a count).
 
     Args:
         value: the argument.
         name: str. Its name, for the message.
         minimum: int. `1` for sizes, `0` for optional counts. Defaults to `1`.
+        maximum: int or `None`. The largest value allowed, if any. Defaults
+            to `None`.
     """
-    if not _is_int(value) or value < minimum:
-        kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"`{name}` must be {_int_kind(minimum, maximum)}. Received: {name}={value!r}")
+
+
+def check_optional_count(value, name, minimum=1):
+    """Like `check_count`, but `None` (the feature is off) passes too."""
+    if value is not None and (not is_int(value) or value < minimum):
+        raise ValueError(f"`{name}` must be {_int_kind(minimum)} or None. Received: {name}={value!r}")
+
+
+def check_counts(values, name, minimum=1, what=""):
+    """Refuse anything but a tuple or list of ints of at least `minimum` (it may be empty).
+
+    Args:
+        values: the argument.
+        name: str. Its name, for the message.
+        minimum: int. Smallest value allowed in it. Defaults to `1`.
+        what: str. What the entries are, appended to the message (for
+            example `", one per stage"`). Defaults to `""`.
+    """
+    if not isinstance(values, (tuple, list)) or not all(is_int(v) and v >= minimum for v in values):
+        kind = "positive ints" if minimum == 1 else f"ints >= {minimum}"
+        raise ValueError(f"`{name}` must be a tuple of {kind}{what}. Received: {name}={values!r}")
+
+
+def check_rate(value, name, include_zero=True, include_one=False):
+    """Refuse a rate (a number between 0 and 1) outside its interval.
+
+    Args:
+        value: the argument.
+        name: str. Its name, for the message.
+        include_zero: bool. Whether 0 is allowed. Defaults to `True`.
+        include_one: bool. Whether 1 is allowed; a dropout rate of 1 drops
+            everything, so it is not by default. Defaults to `False`.
+    """
+    if not _is_real(value) or not (
+        (value >= 0.0 if include_zero else value > 0.0) and (value <= 1.0 if include_one else value < 1.0)
+    ):
+        interval = ("[0" if include_zero else "(0") + ", " + ("1]" if include_one else "1)")
+        raise ValueError(f"`{name}` must be a number in {interval}. Received: {name}={value!r}")
+
+
+def check_number(value, name, minimum=None):
+    """Refuse anything but a finite number (no bools, no strings), at least `minimum` when given."""
+    if not _is_real(value) or not math.isfinite(value) or (minimum is not None and value < minimum):
+        kind = "a finite number" if minimum is None else f"a number >= {minimum}"
         raise ValueError(f"`{name}` must be {kind}. Received: {name}={value!r}")
 
 
-def check_rate(value, name):
-    """Refuse a dropout-like rate outside [0, 1) (a rate of 1 drops everything)."""
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+def check_choice(value, choices, name):
+    """Refuse a value that is not one of `choices` (a tuple of names), listing them."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"Unknown `{name}`. Use one of {tuple(choices)}. Received: {name}={value!r}")
+
+
+def check_divisible(value, name, divisor, divisor_name=None, reason="", fix=""):
+    """Refuse a size that `divisor` does not divide.
+
+    Args:
+        value: int. The size, already checked to be a count.
+        name: str. Its name, for the message.
+        divisor: int. What must divide it.
+        divisor_name: str or `None`. The argument that sets `divisor`, if
+            any; `None` for a fixed divisor.
+        reason: str. Why, appended after the rule (for example `" so each
+            head gets an equal share"`). Defaults to `""`.
+        fix: str. A sentence saying how to fix it. Defaults to `""`.
+    """
+    if value % divisor:
+        by = f"`{divisor_name}`" if divisor_name else str(divisor)
+        received = f"{name}={value!r}" + (f", {divisor_name}={divisor!r}" if divisor_name else "")
+        fix = f" {fix}" if fix else ""
+        raise ValueError(f"`{name}` must be divisible by {by}{reason}.{fix} Received: {received}")
 
 
 def check_group_count(channels, num_groups, name):
@@ -48,9 +143,9 @@ def to_pair(value, name, minimum=1):
     """Return `value` as a `(height, width)` tuple of ints.
 
     The one rule for every size-like argument (`image_size`, `patch_size`,
-    grids, strides): an int means a square, a list or tuple of two ints is
-    `(height, width)`; numpy integers are accepted; bools, floats and
-    everything else are refused.
+    grids, kernels, strides): an int means a square, a list or tuple of two
+    ints is `(height, width)`; numpy integers are accepted; bools, floats
+    and everything else are refused.
 
     Args:
         value: int or sequence of two ints.
@@ -63,20 +158,21 @@ def to_pair(value, name, minimum=1):
     Raises:
         ValueError: naming the argument and what it received.
     """
-    if _is_int(value):
+    if is_int(value):
         pair = (value, value)
-    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_int(v) for v in value):
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(is_int(v) for v in value):
         pair = tuple(value)
     else:
         raise ValueError(
             f"`{name}` must be an int or a tuple of two ints (height, width). Received: {name}={value!r}"
         )
     if any(v < minimum for v in pair):
-        raise ValueError(f"`{name}` must hold integers >= {minimum}. Received: {name}={value!r}")
+        kind = "positive integers" if minimum == 1 else f"integers >= {minimum}"
+        raise ValueError(f"`{name}` must hold {kind}. Received: {name}={value!r}")
     return (int(pair[0]), int(pair[1]))
 
 
-def per_channel(value, name, num_channels=None):
+def per_channel(value, name, num_channels=None, positive=False):
     """Return `value` as a tuple of floats: one value, or one per channel.
 
     Args:
@@ -85,6 +181,8 @@ def per_channel(value, name, num_channels=None):
         num_channels: int or `None`. When given, a sequence must have one
             value or exactly `num_channels`, and a single value is repeated
             to `num_channels` values.
+        positive: bool. Refuse zero and negative values (a divisor such as
+            `std`). Defaults to `False`.
 
     Returns:
         A tuple of finite floats.
@@ -92,16 +190,18 @@ def per_channel(value, name, num_channels=None):
     Raises:
         ValueError: naming the argument and what it received.
     """
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if _is_real(value):
         values = (float(value),)
     elif hasattr(value, "__len__") and not isinstance(value, (str, bytes)) and len(value) > 0 and all(
-        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value
+        _is_real(v) for v in value
     ):
         values = tuple(float(v) for v in value)
     else:
         raise ValueError(f"`{name}` must be a number or a sequence of numbers. Received: {name}={value!r}")
     if not all(math.isfinite(v) for v in values):
         raise ValueError(f"`{name}` must hold finite numbers. Received: {name}={value!r}")
+    if positive and any(v <= 0 for v in values):
+        raise ValueError(f"`{name}` must be positive. Received: {name}={value!r}")
     if num_channels is not None:
         if len(values) == 1:
             values = values * num_channels

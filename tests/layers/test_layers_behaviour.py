@@ -149,7 +149,7 @@ def test_attention_dropout_only_in_training():
 
 
 def test_attention_rejects_indivisible_width():
-    with pytest.raises(ValueError, match="not divisible by num_heads=3"):
+    with pytest.raises(ValueError, match=r"`hidden_dim` must be divisible by `num_heads`.*Received: hidden_dim=8, num_heads=3"):
         layers.MultiHeadSelfAttention(num_heads=3)(np.zeros((1, 4, 8), "float32"))
 
 
