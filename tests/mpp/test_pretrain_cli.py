@@ -36,8 +36,8 @@ def test_pretrain_then_fine_tune_from_it(tmp_path, few_digits, capsys):
     predictor = keras.saving.load_model(path)
     assert isinstance(predictor, keras_vit.MaskedPatchPredictor)
     assert predictor.backbone.hidden_dim == 16 and predictor.num_classes == 8  # grayscale, 3 bits
-    # Re-compiled on load with the optimizer state: 48 images / 16 per batch = 3 steps.
-    assert int(ops.convert_to_numpy(predictor.optimizer.iterations)) == 3
+    # The saved file holds the model, not the optimizer's state (the epoch backup keeps that for resuming).
+    assert getattr(predictor, "optimizer", None) is None and not predictor.compiled
     # `fit(images)` trained the backbone: it left the seed-0 initialisation.
     untrained = keras_vit.workflows.pretraining.build_digits_predictor(seed=0)
     moved = [
