@@ -30,8 +30,9 @@ def add_arguments(parser):
     add_distribute_argument(parser)
     parser.add_argument(
         "--init-from", default=None, metavar="PRETRAINED",
-        help="fine-tune the backbone of this .keras file (from `keras-vit pretrain`, or a saved "
-        "ViTClassifier or ViTBackbone) instead of starting from random weights; use the same --seed "
+        help="fine-tune the backbone of this model: a .keras file (from `keras-vit pretrain`, or a saved "
+        "ViTClassifier or ViTBackbone), a preset directory or a converted checkpoint, instead of starting from "
+        "random weights; use the same --seed "
         "as the pre-training so its unlabeled images exclude the held-out digits",
     )
 
@@ -133,7 +134,7 @@ def _run(args, distribution=None):
         if args.variant is not None:
             print("error: --init-from takes its architecture from the file; drop --variant.")
             return 2
-        pretrained = load_pretrained_backbone(args.init_from)
+        pretrained = load_pretrained_backbone(args.init_from, purpose="keras-vit train --init-from")
         height, width, channels = pretrained.input_shape[1:]
         if height != width or channels != 1 or (args.image_size and args.image_size != height):
             print(f"error: the pre-trained backbone takes {height}x{width}x{channels} images, but the "

@@ -18,7 +18,7 @@ import keras_vit
 ROOT = os.path.dirname(os.path.abspath(keras_vit.__file__))
 
 # The reader: where a handle's format is decided and the model is read.
-READER = {"presets/formats.py", "presets/load.py"}
+READER = {"presets/formats.py", "presets/load.py", "presets/handles.py"}
 
 # File-name endings of model files (what a suffix test on a handle compares against).
 MODEL_SUFFIXES = (".keras", ".safetensors", ".npz", ".h5", ".hdf5", ".weights.h5", ".bin", ".pth", ".pt", ".ckpt",
@@ -42,8 +42,6 @@ EXCEPTIONS = {
     ("utils/checks.py", None):
         "the magic-byte constants of the container checks (`check_keras_file`, `check_weights_file`), which "
         "validate a file whose kind the reader (or the writer) already decided",
-    ("utils/checks.py", "check_keras_file"): "validates a .keras archive the reader already chose",
-    ("utils/checks.py", "check_weights_file"): "validates a .weights.h5 file the reader already chose",
     ("commands/convert.py", "_destination_format"):
         "chooses the format of the file convert writes from the name the user gave it (an output, not a read)",
     ("commands/quantize.py", "run"): "chooses between a .keras file and a preset directory for the output",
@@ -116,7 +114,7 @@ def test_only_the_reader_decides_a_files_format():
     listing = "\n".join(f"keras_vit/{module}:{line}: {what}" for (module, line), what in sorted(wrong.items()))
     assert not wrong, (
         "These places decide what a model file is outside the reader (keras_vit/presets/formats.py, "
-        f"load.py); load through keras_vit.presets.load_model instead:\n{listing}"
+        f"load.py, handles.py); load through keras_vit.presets.load_model instead:\n{listing}"
     )
 
 
