@@ -1,7 +1,8 @@
 """`keras-vit convert SRC DST`: turn a timm / Hugging Face / Google checkpoint into Keras files."""
 
 
-OUTPUT_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
+# What `keras-vit convert` writes; what it reads is the reading table, keras_vit.presets.formats.READ_FORMATS.
+CONVERT_TO_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
 
 
 def _image_size(text):
@@ -43,7 +44,7 @@ def add_arguments(parser):
                                        "unrecognised one is refused with the full list)")
     parser.add_argument("destination", help="output: .keras (whole model), .weights.h5, .safetensors (timm) or a "
                                             "directory with --to huggingface")
-    parser.add_argument("--to", choices=OUTPUT_FORMATS, default="auto", help="output format (default: from the file name)")
+    parser.add_argument("--to", choices=CONVERT_TO_FORMATS, default="auto", help="output format (default: from the file name)")
     parser.add_argument("--image-size", default=None,
                         help="build the model for this size (N or HxW), resampling the position embedding")
     parser.add_argument("--interpolation", choices=("bicubic", "bilinear"), default="bicubic",
