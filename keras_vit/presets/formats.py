@@ -263,7 +263,7 @@ def _detect_file(path):
             "directory that holds it (with its config.json), or build the model and call "
             f"`model.load_weights({path!r})`."
         )
-    raise ValueError(f"Unrecognised model file {quote(path)}. keras_vit reads:\n{describe_formats()}")
+    raise ValueError(f"Unrecognised checkpoint or model file {quote(path)}. keras_vit reads:\n{describe_formats()}")
 
 
 def detect_format(path):
