@@ -1,15 +1,17 @@
 """`keras-vit export MODEL --format saved_model|onnx|litert --out DIR`: a graph that runs without Keras."""
 
+from keras_vit.commands.arguments import ModelHandle, Path
+
 FORMAT_CHOICES = ("saved_model", "onnx", "litert")
 
 
 def add_arguments(parser):
-    parser.add_argument("model", metavar="MODEL",
+    parser.add_argument("model", action=ModelHandle, metavar="MODEL",
                         help="a preset name, hf://org/repo, a local preset / checkpoint path, or a .keras file holding a "
                              "ViTClassifier or ViTBackbone")
     parser.add_argument("--format", required=True, choices=FORMAT_CHOICES,
                         help="saved_model (TensorFlow), onnx (onnxruntime) or litert (LiteRT / TFLite)")
-    parser.add_argument("--out", required=True, metavar="DIR",
+    parser.add_argument("--out", action=Path, required=True, metavar="DIR",
                         help="the export directory (new, or a previous export, which is replaced)")
     parser.add_argument("--backbone", action="store_true",
                         help="export the backbone (token features) instead of the classifier")
