@@ -9,7 +9,6 @@ brought into timm's layout here, and `model_map.build_model` assigns them
 strictly (every weight set once with its shape checked, every tensor used).
 """
 
-import json
 import os
 import re
 

@@ -21,12 +21,10 @@ readers directly: `convert` holds only converters and never imports it.
 import dataclasses
 import os
 
-from keras_vit.convert.google import from_npz_vit, is_npz_hybrid
 from keras_vit.convert.huggingface import from_huggingface, is_huggingface_state_dict
-from keras_vit.convert.hybrid import from_npz_hybrid, from_timm_hybrid
 from keras_vit.convert.io import CONFIG_FILE, PICKLE_SUFFIXES, pickle_refusal, read_npz, read_safetensors_with_metadata
 from keras_vit.convert.kerashub import load_kerashub_preset
-from keras_vit.convert.loader import from_timm
+from keras_vit.convert.loader import from_npz, from_timm
 from keras_vit.convert.timm import timm_config_from_metadata
 from keras_vit.presets.keras_vit_format import KERAS_VIT_FILES, load_preset_directory
 from keras_vit.utils.checks import check_keras_file
@@ -133,9 +131,7 @@ def read_timm(path, *, load_weights=True, where=None, **options):
 
 def read_npz_checkpoint(path, *, load_weights=True, where=None, **options):
     """The `npz` row: Google's vision_transformer or big_vision `.npz` (plain or hybrid)."""
-    arrays = read_npz(path)
-    convert = from_npz_hybrid if is_npz_hybrid(arrays) else from_npz_vit
-    return _architecture_only(convert(arrays, **options), load_weights)
+    return _architecture_only(from_npz(read_npz(path), **options), load_weights)
 
 
 def read_kerashub_directory(path, *, image_size=None, include_head=True, load_weights=True, where=None,

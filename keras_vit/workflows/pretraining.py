@@ -6,7 +6,6 @@ import keras
 
 from keras_vit.models.masked_patch_predictor import MaskedPatchPredictor
 from keras_vit.models.vit_backbone import ViTBackbone
-from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.workflows.training import DIGITS_MODEL, build_optimizer, check_training_arguments, fit_resumable
 
