@@ -187,9 +187,9 @@ EXIT_CODES = [
     (["convert", "{missing}.safetensors", "{tmp}/out.keras"], 2, "no such checkpoint"),
     (["convert", "{bad_safetensors}", "{tmp}/out.keras"], 1, "not a valid safetensors file"),
     (["presets", "--with-head", "--backbones"], 2, "exclude each other"),
-    (["export", "{missing}.keras", "--format", "saved_model", "--out", "{tmp}/g"], 2, "no such .keras file"),
+    (["export", "{missing}.keras", "--format", "saved_model", "--out", "{tmp}/g"], 2, "No such file or directory"),
     (["export", "{bad_keras}", "--format", "saved_model", "--out", "{tmp}/g"], 1, "bad.keras"),
-    (["quantize", "{missing}.keras", "--out", "{tmp}/q.keras"], 2, "no such .keras file"),
+    (["quantize", "{missing}.keras", "--out", "{tmp}/q.keras"], 2, "No such file or directory"),
     (["quantize", "{bad_keras}", "--out", "{tmp}/q.keras"], 1, "bad.keras"),
 ]
 

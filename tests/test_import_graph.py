@@ -126,3 +126,74 @@ def test_imports_flow_from_lower_to_higher_layers():
 def test_the_checker_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# Imports inside functions that reach a higher layer: each a facade, named here with its reason,
+# so that no dependency of a lower layer on a higher one is hidden (an importlib string is one too).
+UPWARD_INSIDE_FUNCTIONS = {
+    ("keras_vit.models.base", "keras_vit.data.images"): "a model's image transform comes from the one image path",
+    ("keras_vit.convert.loader", "keras_vit.presets.load"):
+        "`keras_vit.convert.load_checkpoint` is a thin facade over the one reader, `presets.load_model`",
+    ("keras_vit.presets.keras_vit_format", "keras_vit.data.images"):
+        "a preset records the eval transform of the one image path",
+    ("keras_vit.models.base", "keras_vit"): "`from_preset` / `save_to_preset` are thin facades over `presets`",
+    ("keras_vit.presets.hub", "keras_vit"): "the download's user agent names the package version",
+    ("keras_vit.presets.keras_vit_format", "keras_vit"): "a preset's metadata records the package version",
+    ("keras_vit.cli", "keras_vit"): "the command line prints the package version",
+    ("keras_vit.commands.explain", "keras_vit"): "`from keras_vit import inspection`, spelled through the package",
+}
+
+
+def upward_imports_inside_functions():
+    """`{(module, target)}` for imports in function bodies that reach a higher layer."""
+    found = set()
+    for directory, _, files in os.walk(ROOT):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(directory, name)
+            module = _module_name(path)
+            with open(path, encoding="utf-8") as file:
+                tree = ast.parse(file.read(), path)
+            top = set(map(id, tree.body))
+            for node in ast.walk(tree):
+                if id(node) in top:
+                    continue
+                targets = []
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    targets = [node.module]
+                elif isinstance(node, ast.Import):
+                    targets = [alias.name for alias in node.names]
+                for target in targets:
+                    if not target.startswith("keras_vit"):
+                        continue
+                    target_level = LEVEL.get(_subpackage(target))
+                    if target_level is not None and target_level > LEVEL[_subpackage(module)]:
+                        found.add((module, target))
+    return found
+
+
+def test_upward_imports_inside_functions_are_the_listed_facades():
+    found = upward_imports_inside_functions()
+    unlisted = sorted(found - set(UPWARD_INSIDE_FUNCTIONS))
+    assert not unlisted, "imports of a higher layer inside functions, not listed as facades:\n" + "\n".join(
+        f"{module} imports {target}" for module, target in unlisted)
+    assert not set(UPWARD_INSIDE_FUNCTIONS) - found, "listed facades that no longer exist: " + str(
+        sorted(set(UPWARD_INSIDE_FUNCTIONS) - found))
+
+
+def test_no_module_names_another_in_a_string():
+    """`"module:function"` strings resolved with importlib hide a dependency from the graph above."""
+    import re
+
+    pattern = re.compile(r"^keras_vit(\.[a-z_0-9]+)+:[A-Za-z_0-9]+$")
+    found = []
+    for directory, _, files in os.walk(ROOT):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                with open(path, encoding="utf-8") as file:
+                    tree = ast.parse(file.read(), path)
+                found += [f"{_module_name(path)}:{node.lineno} {node.value}" for node in ast.walk(tree)
+                          if isinstance(node, ast.Constant) and isinstance(node.value, str) and pattern.match(node.value)]
+    assert not found, "modules named by string:\n" + "\n".join(found)

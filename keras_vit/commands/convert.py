@@ -3,7 +3,8 @@
 
 from keras_vit.commands.arguments import ImageSize, Path, PositiveInt
 
-OUTPUT_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
+# What `keras-vit convert` writes; what it reads is the reading table, keras_vit.presets.formats.READ_FORMATS.
+CONVERT_TO_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
 
 
 def _destination_format(destination, requested):
@@ -32,7 +33,7 @@ def add_arguments(parser):
                                        "unrecognised one is refused with the full list)")
     parser.add_argument("destination", action=Path, help="output: .keras (whole model), .weights.h5, .safetensors (timm) or a "
                                             "directory with --to huggingface")
-    parser.add_argument("--to", choices=OUTPUT_FORMATS, default="auto", help="output format (default: from the file name)")
+    parser.add_argument("--to", choices=CONVERT_TO_FORMATS, default="auto", help="output format (default: from the file name)")
     parser.add_argument("--image-size", action=ImageSize, default=None,
                         help="build the model for this size (N or HxW), resampling the position embedding")
     parser.add_argument("--interpolation", choices=("bicubic", "bilinear"), default="bicubic",
@@ -136,26 +137,17 @@ def save_model_file(model, path, weights_only=False):
 
 
 def _load_source(args, image_size, overrides):
-    """A model from a checkpoint, or from a `.keras` file (checked first: Keras calls a truncated one
-    "File not found")."""
-    from keras_vit.convert import load_checkpoint
-    from keras_vit.convert.formats import is_keras_file, load_keras_file
+    """The model of `args.source`, by the one reader: a checkpoint is converted (with the converter options),
+    a keras_vit preset or `.keras` file is read as saved (the converter options are refused for it)."""
+    from keras_vit.presets import load_model
 
-    if is_keras_file(args.source):
-        if image_size is not None or args.no_head or overrides:
-            from keras_vit.commands import UsageError
-
-            raise UsageError("--image-size, --no-head, --num-heads and --logits apply to checkpoints; a .keras "
-                             "source is converted as it is.")
-        return load_keras_file(args.source, purpose="convert")
-    return load_checkpoint(
-        args.source,
-        image_size=image_size,
-        interpolation=args.interpolation,
-        antialias=not args.no_antialias,
-        include_head=not args.no_head,
-        **overrides,
-    )
+    options = dict(overrides)
+    if args.interpolation != "bicubic":
+        options["interpolation"] = args.interpolation
+    if args.no_antialias:
+        options["antialias"] = False
+    return load_model(args.source, purpose="keras-vit convert", target="backbone" if args.no_head else None,
+                      image_size=image_size, include_head=not args.no_head, **options)
 
 
 def run(args):

@@ -17,11 +17,12 @@ def add_arguments(parser):
     parser.add_argument("images", nargs="+", action=Path, metavar="IMAGE", help="image file(s) (JPEG, PNG, ...)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
-        "--preset", action=ModelHandle, help="a preset name (see `keras-vit presets`), hf://org/repo, or a local preset / checkpoint path"
+        "--preset", action=ModelHandle, help="a preset name (see `keras-vit presets`), hf://org/repo, a local preset / checkpoint "
+        "path or a .keras file"
     )
     source.add_argument(
         "--model", action=Path, metavar="FILE",
-        help="a .keras file holding a ViTClassifier, ViTBackbone or MaskedPatchPredictor "
+        help="the same as --preset, for a .keras file holding a ViTClassifier, ViTBackbone or MaskedPatchPredictor "
         "(e.g. from `keras-vit train --save` or `keras-vit pretrain`)",
     )
     parser.add_argument("--out", action=Path, required=True, metavar="DIR",
@@ -55,13 +56,9 @@ def _check_arguments(args):
     missing = [path for path in args.images if not os.path.isfile(path)]
     if missing:
         raise UsageError(f"no such image file: {', '.join(quote(path) for path in missing)}")
-    if args.model is not None and not args.model.endswith(".keras"):
-        raise UsageError(
-            f"--model takes a .keras file. Received: --model {quote(args.model)}; "
-            "use --preset for presets and checkpoints (timm, Hugging Face, .npz)."
-        )
-    if args.model is not None and not os.path.isfile(args.model):
-        raise UsageError(f"no such model file: {quote(args.model)}")
+    from keras_vit.presets import check_model_handle
+
+    check_model_handle(args.model or args.preset)  # a missing or damaged model file, before any work
     _check_out(args.out)
     try:
         require_matplotlib()
@@ -70,22 +67,10 @@ def _check_arguments(args):
 
 
 def _load_model(args):
-    from keras_vit.inspection import backbone_of
-    from keras_vit.models.vit_backbone import ViTBackbone
-    from keras_vit.models.vit_classifier import ViTClassifier
+    """The model to explain, as stored (a classifier, backbone or masked patch predictor), by the one reader."""
+    from keras_vit.presets import load_model
 
-    if args.model is not None:
-        from keras_vit.convert.formats import load_keras_file
-
-        model = load_keras_file(args.model, purpose="explain")
-        backbone_of(model)  # a clear error for a .keras file of another model
-        return model
-    try:
-        return ViTClassifier.from_preset(args.preset)
-    except ValueError as error:
-        if "without a classification head" not in str(error):
-            raise
-        return ViTBackbone.from_preset(args.preset)
+    return load_model(args.model or args.preset, purpose="keras-vit explain")
 
 
 def _load_images(paths, backbone):

@@ -7,7 +7,8 @@ FORMAT_CHOICES = ("saved_model", "onnx", "litert")
 
 def add_arguments(parser):
     parser.add_argument("model", action=ModelHandle, metavar="MODEL",
-                        help="a preset name, hf://org/repo, a local preset / checkpoint path, or a .keras file")
+                        help="a preset name, hf://org/repo, a local preset / checkpoint path, or a .keras file holding a "
+                             "ViTClassifier or ViTBackbone")
     parser.add_argument("--format", required=True, choices=FORMAT_CHOICES,
                         help="saved_model (TensorFlow), onnx (onnxruntime) or litert (LiteRT / TFLite)")
     parser.add_argument("--out", action=Path, required=True, metavar="DIR",
@@ -18,60 +19,28 @@ def add_arguments(parser):
                         help="skip running the exported graph in its runtime against the Keras model")
 
 
-def check_model_file(handle):
-    """A `.keras` MODEL must exist (else exit 2) and be a zip archive (else exit 1); other handles pass."""
-    import os
+def load_model(handle, backbone=False, purpose="keras-vit export"):
+    """The `ViTClassifier` or `ViTBackbone` that `handle` names (its backbone with `backbone=True`).
 
-    from keras_vit.commands import UsageError
-    from keras_vit.utils.checks import check_keras_file
-
-    if handle.lower().endswith(".keras"):
-        if not os.path.exists(handle):
-            raise UsageError(f"no such .keras file: {handle}")
-        check_keras_file(handle)
-
-
-def load_model(handle, backbone=False, purpose="export"):
-    """A `ViTClassifier` (or its `ViTBackbone` with `backbone=True`) from a preset handle or a `.keras` file.
-
-    Args:
-        handle: str. A preset name, `hf://org/repo`, a local preset or checkpoint path, or a `.keras` file.
-        backbone: bool. The backbone instead of the classifier.
-        purpose: str. The command that loads it, named when a `.keras` file holds another kind of model.
-
-    Raises:
-        UsageError: the handle is a `.keras` file of another kind of model.
+    Read by the one reader, `keras_vit.presets.load_model`: any handle kind;
+    another kind of model (a masked patch predictor) is refused.
     """
-    import os
+    from keras_vit.presets import load_model as read_model
 
-    from keras_vit.commands import UsageError
-
-    check_model_file(handle)
-    if handle.lower().endswith(".keras") and os.path.isfile(handle):
-        from keras_vit.convert.formats import load_keras_file
-        from keras_vit.models import ViTBackbone, ViTClassifier
-
-        try:
-            model = load_keras_file(handle, (ViTClassifier, ViTBackbone), purpose)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-        if backbone:
-            return getattr(model, "backbone", model)
-        return model
-    from keras_vit.presets import load_preset
-
-    return load_preset(handle, target="backbone" if backbone else "classifier")
+    return read_model(handle, kinds=("ViTClassifier", "ViTBackbone"), purpose=purpose,
+                      target="backbone" if backbone else None)
 
 
 def run(args):
     import json
 
     from keras_vit.commands import UsageError
+    from keras_vit.presets import check_model_handle
     from keras_vit.workflows.export import check_export, check_export_directory, export_model
 
     # Before the model loads (which may download): the paths, then what this backend can export.
     check_export_directory(args.out, "out")
-    check_model_file(args.model)
+    check_model_handle(args.model)
     try:
         check_export(args.format)
     except ValueError as error:

@@ -22,17 +22,10 @@ def add_arguments(parser):
 
 
 def _load(preset, image_size):
-    from keras_vit.convert.formats import is_keras_file, load_keras_file
-    from keras_vit.models import ViTBackbone
+    """The frozen backbone of any model handle (a classifier's or a masked patch predictor's), at `image_size`."""
+    from keras_vit.presets import load_model
 
-    if is_keras_file(preset):
-        model = load_keras_file(preset, purpose="fewshot")
-        if image_size is not None:
-            from keras_vit.workflows.finetuning import backbone_at_size
-
-            model = backbone_at_size(getattr(model, "backbone", model), image_size)
-        return model
-    return ViTBackbone.from_preset(preset, image_size=image_size)
+    return load_model(preset, purpose="keras-vit fewshot", target="backbone", image_size=image_size)
 
 
 def run(args):

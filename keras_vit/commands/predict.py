@@ -17,22 +17,10 @@ def add_arguments(parser):
 
 
 def _load_model(handle):
-    """A classifier from a preset handle, or from a `.keras` file (checked first: Keras calls a
-    truncated one "File not found")."""
-    import os
+    """The classifier `handle` names, read by the one reader (any handle kind; another kind of model refused)."""
+    from keras_vit.presets import load_model
 
-    from keras_vit.utils.checks import check_keras_file
-
-    from keras_vit.convert.formats import is_keras_file, load_keras_file
-    from keras_vit.models.vit_classifier import ViTClassifier
-
-    if is_keras_file(handle) and os.path.isfile(handle):
-        return load_keras_file(handle, (ViTClassifier,), "predict")
-    if os.path.isdir(handle) and os.path.exists(os.path.join(handle, "model.weights.h5")):
-        check_keras_file(os.path.join(handle, "model.weights.h5"))
-    from keras_vit.models.vit_classifier import ViTClassifier
-
-    return ViTClassifier.from_preset(handle)
+    return load_model(handle, kinds=("ViTClassifier",), purpose="keras-vit predict")
 
 
 def run(args):
@@ -52,6 +40,9 @@ def run(args):
     # Every image is opened and checked before the model is loaded (which may download).
     for path in args.images:
         open_image(path, args.max_pixels).close()
+    from keras_vit.presets import check_model_handle
+
+    check_model_handle(args.preset)  # a missing or damaged model file, before any download
 
     model = _load_model(args.preset)
     backbone = model.backbone

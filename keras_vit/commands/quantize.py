@@ -28,7 +28,7 @@ def run(args):
             raise UsageError(str(error)) from error
     else:
         check_replaceable(args.out, PRESET_KIND, "out")
-    model = quantize_model(load_model(args.model, backbone=args.backbone, purpose="quantize"))
+    model = quantize_model(load_model(args.model, backbone=args.backbone, purpose="keras-vit quantize"))
     if as_file:
         save_model(model, args.out)
     else:

@@ -4,7 +4,7 @@ import os
 import sys
 import warnings
 
-from keras_vit.commands.arguments import Path, PositiveFloat, NonNegativeFloat, PositiveInt, Seed, Variant
+from keras_vit.commands.arguments import ModelHandle, Path, PositiveFloat, NonNegativeFloat, PositiveInt, Seed, Variant
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.seeds import set_random_seed
 
@@ -30,9 +30,10 @@ def add_arguments(parser):
     )
     add_distribute_argument(parser)
     parser.add_argument(
-        "--init-from", action=Path, default=None, metavar="PRETRAINED",
-        help="fine-tune the backbone of this .keras file (from `keras-vit pretrain`, or a saved "
-        "ViTClassifier or ViTBackbone) instead of starting from random weights; use the same --seed "
+        "--init-from", action=ModelHandle, default=None, metavar="PRETRAINED",
+        help="fine-tune the backbone of this model: a .keras file (from `keras-vit pretrain`, or a saved "
+        "ViTClassifier or ViTBackbone), a preset directory or a converted checkpoint, instead of starting from "
+        "random weights; use the same --seed "
         "as the pre-training so its unlabeled images exclude the held-out digits",
     )
 
@@ -152,7 +153,7 @@ def _run(args, distribution=None):
         from keras_vit.utils.files import quote
         from keras_vit.workflows.pretraining import load_pretrained_backbone
 
-        pretrained = load_pretrained_backbone(args.init_from)
+        pretrained = load_pretrained_backbone(args.init_from, purpose="keras-vit train --init-from")
         height, width, channels = pretrained.input_shape[1:]
         if height != width or channels != 1 or (args.image_size and args.image_size != height):
             raise UsageError(

@@ -16,9 +16,12 @@ import struct
 import numpy as np
 
 from keras_vit.utils import atomic_write
+from keras_vit.utils.checks import HDF5_MAGIC, ZIP_MAGIC
 from keras_vit.utils.errors import OptInRequired
 from keras_vit.utils.files import quote
 
+# The file every checkpoint directory format (keras_vit, Hugging Face, timm, keras-hub) keeps its config in.
+CONFIG_FILE = "config.json"
 PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
 
 # safetensors dtype names -> numpy dtypes. BF16 has no numpy dtype; it is
@@ -93,9 +96,9 @@ def sniff(head, size):
         (length,) = struct.unpack("<Q", head[:8])
         if 2 <= length <= _MAX_HEADER_BYTES and 8 + length <= size and head[8:9] == b"{":
             return "safetensors"
-    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+    if head[:4] in (ZIP_MAGIC, b"PK\x05\x06"):  # a zip's first entry, or the end record of an empty one
         return "zip"
-    if head[:8] == b"\x89HDF\r\n\x1a\n":
+    if head[:8] == HDF5_MAGIC:
         return "hdf5"
     # PROTO 2-5, then an opcode (never 0x00), so a truncated safetensors file
     # with a short header (0x80, 0x02, 0x00, ...) is not called a pickle.

@@ -9,36 +9,21 @@ brought into timm's layout here, and `model_map.build_model` assigns them
 strictly (every weight set once with its shape checked, every tensor used).
 """
 
-import json
 import os
 import re
 
 import numpy as np
 
+from keras_vit.convert.io import CONFIG_FILE
 from keras_vit.convert.model_map import build_model
 from keras_vit.utils.files import quote, read_json_object
 
-CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
 TASK_FILE = "task.json"
 TASK_WEIGHTS_FILE = "task.weights.h5"
 CONVERTER_FILES = ("image_converter.json", "preprocessor.json")
 _BLOCK = re.compile(r"^layers/vi_t_encoder/encoder_layers/vi_t_encoder_block(?:_(\d+))?/(.+)$")
 _UNSUPPORTED = {"use_mha_bias": True, "use_mlp_bias": True, "use_patch_bias": True}
-
-
-def is_kerashub_preset(directory):
-    """True if `directory` holds a keras-hub preset (its config.json names a keras_hub class)."""
-    try:
-        with open(os.path.join(directory, CONFIG_FILE)) as file:
-            document = json.load(file)
-    except (OSError, ValueError):
-        return False
-    return isinstance(document, dict) and (
-        str(document.get("registered_name", "")).startswith("keras_hub>")
-        or str(document.get("module", "")).startswith("keras_hub.")
-    )
-
 
 
 def _read_h5(path):

@@ -3,6 +3,10 @@
 >>> keras_vit.presets.list()              # names of the registered presets
 >>> keras_vit.presets.get("vit_b16_in21k_ft_in1k")["description"]
 >>> model = keras_vit.ViTClassifier.from_preset("vit_b16_in21k_ft_in1k")
+>>> model = keras_vit.presets.load_model("model.keras", kinds=("ViTClassifier",), purpose="my script")
+
+`load_model` is the one reader of every model handle; its table of formats
+is `keras_vit.presets.formats.READ_FORMATS`.
 """
 
 import copy as _copy
@@ -10,7 +14,7 @@ import copy as _copy
 from keras_vit.presets.hub import cache_dir
 from keras_vit.presets.imagenet import decode_predictions, imagenet_classes
 from keras_vit.presets.keras_vit_format import save_to_preset, validate_config
-from keras_vit.presets.load import load_preset
+from keras_vit.presets.load import check_model_handle, load_model, load_preset
 from keras_vit.presets.registry import PRESETS
 
 
@@ -38,6 +42,7 @@ def get(name):
 
 
 __all__ = [
-    "PRESETS", "cache_dir", "decode_predictions", "get", "imagenet_classes", "list", "load_preset",
+    "PRESETS", "cache_dir", "check_model_handle", "decode_predictions", "get", "imagenet_classes", "list",
+    "load_model", "load_preset",
     "save_to_preset", "validate_config",
 ]

@@ -8,24 +8,29 @@ A handle is one of:
   keras-hub ViT preset;
 - `kaggle://owner/model/framework/variation[/version]`: a keras-hub preset
   on Kaggle, through `kagglehub`;
-- a local directory or file: anything `keras_vit.convert.formats.detect_format`
-  recognises (a keras_vit preset, a Hugging Face / timm directory, a timm
+- a local directory or file: anything the reading table
+  `keras_vit.presets.formats.READ_FORMATS` recognises (a keras_vit preset, a
+  Hugging Face / timm / keras-hub directory, a `.keras` file, a timm
   `.safetensors` or a Google `.npz` file).
+
+`keras_vit.presets.load_model` reads every handle; this module only says
+what a handle names and fetches hub files.
 """
 
 import os
 
-from keras_vit.convert.formats import FORMATS, detect_config_format
+from keras_vit.convert.io import CONFIG_FILE
 from keras_vit.presets import hub
-from keras_vit.presets.keras_vit_format import CONFIG_FILE
-from keras_vit.utils.files import read_json_object
+from keras_vit.presets.formats import READ_FORMATS, detect_config_format
 from keras_vit.presets.registry import PRESETS
-from keras_vit.utils.files import recover_directory
+from keras_vit.utils.errors import ArgumentError
+from keras_vit.utils.files import quote, read_json_object, recover_directory
 
 
 def describe_handles():
-    return ("a preset name (see `keras_vit.presets.list()`), 'hf://org/repo', a directory saved by "
-            "`save_to_preset`, a Hugging Face model directory, or a timm .safetensors / Google .npz file")
+    return ("a preset name (see `keras_vit.presets.list()`), 'hf://org/repo', 'kaggle://owner/model/framework/"
+            "variation', a directory saved by `save_to_preset`, a Hugging Face / timm / keras-hub model directory, "
+            "a .keras file, or a timm .safetensors / Google .npz file")
 
 
 def resolve(handle):
@@ -54,9 +59,12 @@ def resolve(handle):
         return "kaggle", handle, None
     if os.path.exists(handle):
         return "local", handle, None
+    if os.sep in handle or (os.altsep and os.altsep in handle) or os.path.splitext(handle)[1]:
+        # Written as a path: say so, rather than suggest preset names.
+        raise ArgumentError(f"No such file or directory: {quote(handle)}. A model handle is {describe_handles()}.")
     close = [name for name in PRESETS if handle.lower() in name or name in handle.lower()][:5]
     hint = f" Close matches: {', '.join(close)}." if close else ""
-    raise ValueError(
+    raise ArgumentError(
         f"Unknown preset {handle!r}: it is not a registered preset, an 'hf://' handle or an existing path.{hint} "
         f"A handle is {describe_handles()}."
     )
@@ -71,7 +79,7 @@ def hub_files(handle, revision=None, sha256=None, weights_format=None):
     revision = hub.commit_of(config_path) or revision
     if weights_format is None:
         weights_format = detect_config_format(read_json_object(config_path, handle), f"{handle}/{CONFIG_FILE}")
-    row = FORMATS[weights_format]
+    row = READ_FORMATS[weights_format]
     if not row.hub_files:
         raise ValueError(f"{handle}: {row.description} is not read from a hub repository; download the file "
                          "and pass its path.")

@@ -17,17 +17,17 @@ import warnings
 import keras
 import numpy as np
 
+from keras_vit.convert.io import CONFIG_FILE
 from keras_vit.utils import atomic_directory
+from keras_vit.utils.checks import check_weights_file
 from keras_vit.utils.files import check_replaceable, quote, read_json_object, recover_directory
 
-CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
 METADATA_FILE = "metadata.json"
 FORMAT_VERSION = 1
 KERAS_VIT_FILES = (CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE)
 # The kind recorded in a preset directory's ownership marker (keras_vit.utils.files).
 PRESET_KIND = "preset"
-_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 
 def model_classes():
@@ -219,7 +219,7 @@ def save_to_preset(model, directory, **metadata):
 
 
 def load_preset_directory(path, *, load_weights=True, where=None, **options):
-    """The `keras_vit` row's loader (`keras_vit.convert.formats.FORMATS`): a preset as it was saved.
+    """Read a preset as it was saved (the `keras_vit` row of `keras_vit.presets.formats.READ_FORMATS`).
 
     The size and head options of other formats do not apply: `from_preset`
     adapts the loaded model afterwards.
@@ -241,10 +241,10 @@ def load_keras_vit(directory, load_weights, where):
     metadata_path = os.path.join(directory, METADATA_FILE)
     metadata = read_json_object(metadata_path, where) if os.path.exists(metadata_path) else {}
     if load_weights:
-        with open(weights_path, "rb") as file:
-            if file.read(8) != _HDF5_MAGIC:
-                raise ValueError(f"{weights_path} is not an HDF5 .weights.h5 file; the preset is damaged. "
-                                 "Save it again with `save_to_preset`.")
+        try:
+            check_weights_file(weights_path)
+        except ValueError as error:
+            raise ValueError(f"The preset {where} is damaged: {error} Save it again with `save_to_preset`.") from None
     model = build_preset_model(class_name, config, file_name)
     if load_weights:
         try:

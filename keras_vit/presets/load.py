@@ -1,17 +1,28 @@
-"""`load_preset`: resolve a handle, read its format, build the model, adapt it.
+"""The one reader: `load_model` reads every model handle; `load_preset` (behind `from_preset`) uses it.
 
-Adapting uses the models' own methods (`with_image_size`, `with_head`), so
-the loader never edits serialized configs.
+A handle is a registry name, `hf://org/repo[@rev]`, `kaggle://...`, a
+directory of any format or a single file (see `keras_vit.presets.handles`).
+`load_model` resolves it, downloads what a hub repository holds, asks the
+reading table (`keras_vit.presets.formats.READ_FORMATS`) what a local path
+is, reads it with that row's reader, checks the result against the registry
+and against the kinds of model the caller can use, and adapts it (image
+size, head) with the models' own methods, never by editing serialized
+configs. Every command and workflow reads models through it; the checks
+(pickles refused, non-finite tensors, mismatches, safe mode for `.keras`,
+the kind of model) are made here or in the readers it calls, once.
 """
 
 import os
 
-from keras_vit.convert.formats import FORMATS, detect_format
+from keras_vit.presets.formats import READ_FORMATS, detect_format
 from keras_vit.presets.handles import hub_files, resolve
 from keras_vit.presets.keras_vit_format import model_classes
 from keras_vit.utils import to_pair
+from keras_vit.utils.errors import ArgumentError
 
 TARGETS = ("classifier", "backbone")
+# The kinds of model keras_vit reads; a `.keras` file of any other Keras model is refused.
+MODEL_KINDS = ("ViTClassifier", "ViTBackbone", "MaskedPatchPredictor")
 
 
 def _build_registry_model(entry, image_size=None):
@@ -26,15 +37,54 @@ def _build_registry_model(entry, image_size=None):
                                     class_names=entry["class_names"])
 
 
-def _target_name(target):
-    if isinstance(target, str):
-        if target not in TARGETS:
-            raise ValueError(f"`target` must be one of {TARGETS} or a model class. Received: target={target!r}")
-        return target
-    names = {"ViTClassifier": "classifier", "ViTBackbone": "backbone"}
-    if getattr(target, "__name__", None) in names:
-        return names[target.__name__]
-    return target.__name__
+def _kind_names(kinds):
+    if kinds is None:
+        return MODEL_KINDS
+    names = tuple(kind if isinstance(kind, str) else kind.__name__ for kind in kinds)
+    unknown = [name for name in names if name not in MODEL_KINDS]
+    if unknown or not names:
+        raise ValueError(f"`kinds` names model classes among {MODEL_KINDS}. Received: kinds={kinds!r}")
+    return names
+
+
+def _spelled(names):
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _locate(kind, value, entry):
+    """`(format, local path)` of a resolved handle, downloading what a hub repository holds."""
+    if kind == "registry":
+        return hub_files(entry["source"], entry["revision"], entry["sha256"], entry["format"])
+    if kind == "hub":
+        return hub_files(value)
+    if kind == "kaggle":
+        from keras_vit.presets.kaggle import kaggle_directory
+
+        value = kaggle_directory(value)
+    return detect_format(value), value
+
+
+def check_model_handle(handle):
+    """Refuse, before any work and without downloading, a handle that cannot name a model.
+
+    A missing path, an unknown name, a malformed `hf://` / `kaggle://`
+    handle, a pickle, an unrecognised file or a damaged `.keras` archive is
+    refused here, so a command can check its model before it checks images
+    or starts a long job. A hub handle is only parsed.
+
+    Args:
+        handle: str or path-like.
+
+    Returns:
+        The format name of a local handle (a key of `READ_FORMATS`), else `None`.
+    """
+    kind, value, _ = resolve(handle)
+    if kind != "local":
+        return None
+    name = detect_format(value)
+    if READ_FORMATS[name].check is not None:
+        READ_FORMATS[name].check(value)
+    return name
 
 
 def _adapt(model, target, image_size, num_classes):
@@ -53,8 +103,125 @@ def _adapt(model, target, image_size, num_classes):
     return model
 
 
+def load_model(handle, kinds=None, *, purpose="load_model", target=None, image_size=None, num_classes=None,
+               include_head=True, load_weights=True, converted_only=False, **options):
+    """Read a model from any handle: the one way keras_vit reads a model.
+
+    Args:
+        handle: str or path-like. A registry name, `hf://org/repo[@rev]`,
+            `kaggle://owner/model/framework/variation[/version]`, a directory
+            (keras_vit preset, Hugging Face, timm or keras-hub) or a file
+            (`.keras`, timm `.safetensors`, Google `.npz`); see
+            `keras_vit.presets.formats.READ_FORMATS`.
+        kinds: tuple of model classes or class names, or `None`. The kinds
+            of stored model the caller can use (`None`: any of
+            ViTClassifier, ViTBackbone, MaskedPatchPredictor). Another kind
+            is refused with a message naming what was found and what
+            `purpose` takes.
+        purpose: str. Who asks (`"keras-vit predict"`, `"from_preset"`),
+            named in errors.
+        target: `None`, `"classifier"` or `"backbone"`. `None` returns the
+            model as stored; `"backbone"` its backbone (of a classifier or a
+            masked patch predictor); `"classifier"` a classifier (a backbone
+            gets a new head when `num_classes` is given).
+        image_size: int, pair or `None`. Input size; another size than the
+            stored one resamples the learned position embeddings.
+        num_classes: int or `None`. With `target="classifier"`, a new
+            zero-initialised head with this many classes when the stored one
+            has another count (or none).
+        include_head: bool. Converted checkpoints: build the head too.
+        load_weights: bool. `False` builds the architecture with random
+            weights (for a registry name, without downloading anything).
+        converted_only: bool. Refuse keras_vit's own formats (a preset, a
+            `.keras` file): `load_checkpoint` converts, it does not load.
+        **options: Converter options of converted checkpoints
+            (`interpolation`, `antialias`, `num_heads`, `activation`,
+            `allow_non_finite`, ...); refused for keras_vit's own formats,
+            which are read as saved.
+
+    Returns:
+        A `ViTClassifier`, `ViTBackbone` or `MaskedPatchPredictor`.
+
+    Raises:
+        ArgumentError: a handle that names nothing, or a model of a kind
+            `purpose` cannot use (the caller's input).
+        ValueError: a file that is damaged, a pickle, or not what it claims.
+    """
+    names = _kind_names(kinds)
+    if target is not None and target not in TARGETS:
+        raise ValueError(f"`target` must be one of {TARGETS} or None. Received: target={target!r}")
+    if image_size is not None:
+        image_size = to_pair(image_size, "image_size")
+    if num_classes is not None:
+        if target != "classifier":
+            raise ValueError("`num_classes` is an argument of ViTClassifier.from_preset; a backbone has no head.")
+        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes <= 0:
+            raise ValueError(f"`num_classes` must be a positive int. Received: num_classes={num_classes!r}")
+    kind, value, entry = resolve(handle)
+    where = os.fspath(handle)
+    if entry is not None and target == "classifier" and entry["num_classes"] is None and num_classes is None:
+        raise ValueError(
+            f"The preset {handle!r} is a pre-trained backbone without a classification head. Pass "
+            f"`num_classes=` to attach a new zero-initialised head, or use ViTBackbone.from_preset({handle!r})."
+        )
+
+    if kind == "registry" and not load_weights and not options:
+        model = _build_registry_model(entry, image_size)
+    else:
+        fmt, path = _locate(kind, value, entry)
+        row = READ_FORMATS[fmt]
+        if converted_only and not row.converted:
+            raise ArgumentError(
+                f"{where} is {row.description}: not a checkpoint to convert. Read it with "
+                f"`keras_vit.presets.load_model({where!r})` (or `ViTClassifier.from_preset`)."
+            )
+        if options and not row.converted:
+            raise ArgumentError(
+                f"{', '.join(sorted(options))} apply to converted checkpoints; {where} is {row.description}, "
+                "read as it was saved."
+            )
+        # A registry entry without a head (num_classes None) may still name a file that carries
+        # an unusable one (timm's R50+ViT-B/16 in21k keeps its head but not its pre-logits layer).
+        include_head = include_head and (entry is None or entry["num_classes"] is not None)
+        model = row.read(path, image_size=image_size, include_head=include_head, load_weights=load_weights,
+                         where=where, **options)
+        if entry is not None and load_weights:
+            _check_against_entry(model, entry, handle, image_size)
+        if entry is not None and entry["class_names"] and getattr(model, "num_classes", None) == entry["num_classes"]:
+            model.class_names = entry["class_names"]
+
+    found = type(model).__name__
+    if found not in names:
+        hint = ""
+        if names == ("MaskedPatchPredictor",):
+            hint = (f" For masked patch prediction, wrap a backbone: "
+                    f"MaskedPatchPredictor(ViTBackbone.from_preset({where!r})).")
+        raise ArgumentError(f"{where} holds a {found}; {purpose} takes a {_spelled(names)}.{hint}")
+    if target is None:
+        return model if image_size is None or found == "MaskedPatchPredictor" else _adapt(model, None, image_size, None)
+    if found == "MaskedPatchPredictor":
+        model = model.backbone  # its pre-trained encoder
+    if target == "classifier" and not hasattr(model, "num_classes") and num_classes is None:
+        raise ArgumentError(
+            f"{where} holds a backbone without a classification head; {purpose} takes a ViTClassifier. Pass "
+            "`num_classes=` to attach a new zero-initialised head, or use ViTBackbone.from_preset."
+        )
+    return _adapt(model, target, image_size, num_classes)
+
+
+def _target_name(target):
+    if isinstance(target, str):
+        if target not in TARGETS:
+            raise ValueError(f"`target` must be one of {TARGETS} or a model class. Received: target={target!r}")
+        return target
+    names = {"ViTClassifier": "classifier", "ViTBackbone": "backbone"}
+    if getattr(target, "__name__", None) in names:
+        return names[target.__name__]
+    return target.__name__
+
+
 def load_preset(handle, target="classifier", image_size=None, num_classes=None, load_weights=True):
-    """Load a model from any preset handle.
+    """Load a model from any preset handle: `from_preset`'s reader, a thin user of `load_model`.
 
     Args:
         handle: str. See `keras_vit.presets.handles`.
@@ -71,60 +238,14 @@ def load_preset(handle, target="classifier", image_size=None, num_classes=None, 
         preset saved from one).
     """
     target = _target_name(target)
-    if image_size is not None:
-        image_size = to_pair(image_size, "image_size")
+    if target in TARGETS:
+        return load_model(handle, purpose=f"{'ViTClassifier' if target == 'classifier' else 'ViTBackbone'}"
+                          ".from_preset", target=target, image_size=image_size, num_classes=num_classes,
+                          load_weights=load_weights)
     if num_classes is not None:
-        if target != "classifier":
-            raise ValueError("`num_classes` is an argument of ViTClassifier.from_preset; a backbone has no head.")
-        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes <= 0:
-            raise ValueError(f"`num_classes` must be a positive int. Received: num_classes={num_classes!r}")
-    kind, value, entry = resolve(handle)
-    if entry is not None and target == "classifier" and entry["num_classes"] is None and num_classes is None:
-        raise ValueError(
-            f"The preset {handle!r} is a pre-trained backbone without a classification head. Pass "
-            f"`num_classes=` to attach a new zero-initialised head, or use ViTBackbone.from_preset({handle!r})."
-        )
-
-    if kind == "registry" and not load_weights:
-        model = _build_registry_model(entry, image_size)
-    else:
-        if kind == "registry":
-            fmt, path = hub_files(entry["source"], entry["revision"], entry["sha256"], entry["format"])
-        elif kind == "hub":
-            fmt, path = hub_files(value)
-        elif kind == "kaggle":
-            from keras_vit.presets.kaggle import kaggle_directory
-
-            fmt, path = "kerashub", kaggle_directory(value)
-        else:
-            path = value
-            fmt = detect_format(path)
-        where = handle if kind != "local" else path
-        row = FORMATS[fmt]
-        # A registry entry without a head (num_classes None) may still name a file that carries
-        # an unusable one (timm's R50+ViT-B/16 in21k keeps its head but not its pre-logits layer).
-        include_head = entry is None or entry["num_classes"] is not None
-        model = row.load(path, image_size=image_size, include_head=include_head, load_weights=load_weights,
-                         where=where)
-        if entry is not None and load_weights:
-            _check_against_entry(model, entry, handle, image_size)
-        if entry is not None and entry["class_names"] and getattr(model, "num_classes", None) == entry["num_classes"]:
-            model.class_names = entry["class_names"]
-    if target not in TARGETS:
-        if type(model).__name__ != target:
-            raise ValueError(
-                f"{handle!r} holds a {type(model).__name__}, not a {target}. For masked patch prediction, "
-                f"wrap a backbone: MaskedPatchPredictor(ViTBackbone.from_preset({os.fspath(handle)!r}))."
-            )
-        return model
-    if type(model).__name__ == "MaskedPatchPredictor":
-        model = model.backbone  # its pre-trained encoder
-    if target == "classifier" and not hasattr(model, "num_classes") and num_classes is None:
-        raise ValueError(
-            f"{handle!r} holds a backbone without a classification head. Pass `num_classes=` to attach a new "
-            "zero-initialised head, or use ViTBackbone.from_preset."
-        )
-    return _adapt(model, target, image_size, num_classes)
+        raise ValueError(f"`num_classes` is an argument of ViTClassifier.from_preset, not of {target}.from_preset.")
+    return load_model(handle, kinds=(target,), purpose=f"{target}.from_preset", image_size=image_size,
+                      load_weights=load_weights)
 
 
 def _check_against_entry(model, entry, name, image_size):

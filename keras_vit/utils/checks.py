@@ -3,8 +3,9 @@
 - `check_batch`: an image batch that cannot be right (empty, boolean).
 - `check_pixel_range`: a warning, once per model, when images look like
   [0, 1] data fed to a model that expects [0, 255].
-- `check_keras_file`: a `.keras` / `.weights.h5` file that is truncated or
-  not what its name says, named before Keras reports "File not found".
+- `check_keras_file` / `check_weights_file`: a `.keras` / `.weights.h5` file
+  that is truncated or not what it should be, named before Keras reports
+  "File not found".
 
 Each works on numpy data (or anything with `.shape` / `.dtype`) without
 touching a backend, so it can run at the entry of `predict` / `fit`.
@@ -16,7 +17,9 @@ import weakref
 
 from keras_vit.utils.files import quote
 
-_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+# The first bytes of the two containers Keras saves in: an HDF5 `.weights.h5` and a zip `.keras` archive.
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+ZIP_MAGIC = b"PK\x03\x04"
 _warned = weakref.WeakSet()
 _warned_ids = set()
 
@@ -102,12 +105,60 @@ def check_pixel_range(images, expected_max=255.0, model=None, name="images"):
     return True
 
 
-def check_keras_file(path):
-    """Fail clearly if a `.keras` or `.weights.h5` file is missing, empty, truncated or mislabelled.
+def _check_nonempty_file(path, expected):
+    """The first 8 bytes of `path`, after refusing a missing, directory or empty path."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ValueError(f"{quote(path)} does not exist.")
+    if os.path.isdir(path):
+        raise ValueError(f"{quote(path)} is a directory, not a {expected} file.")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{quote(path)} is empty (0 bytes): the save that wrote it did not finish. Save it again.")
+    with open(path, "rb") as handle:
+        return handle.read(8)
 
-    Keras reports a truncated `.keras` archive as "File not found" and a
-    truncated `.weights.h5` as an HDF5 "unable to synchronously open"
-    error; this check names the file and the fix first.
+
+_DAMAGED = ("is truncated or damaged ({}); the save or download that wrote it did not finish. Save or download "
+            "it again.")
+
+
+def check_keras_file(path):
+    """Fail clearly if a whole-model `.keras` file is missing, empty, truncated or not a zip archive.
+
+    Keras reports a truncated `.keras` archive as "File not found"; this
+    check names the file and the fix first. The caller knows the file is
+    meant to be a `.keras` file (the reader decided it); this only checks it.
+
+    Args:
+        path: str or path-like.
+
+    Raises:
+        ValueError: naming the file and what is wrong with it.
+    """
+    import zipfile
+
+    path = os.fspath(path)
+    head = _check_nonempty_file(path, ".keras")
+    if head[:4] != ZIP_MAGIC:
+        raise ValueError(f"{quote(path)} is not a .keras file: a .keras file is a zip archive, and this one "
+                         f"starts with {head[:8]!r}.")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            broken = archive.testzip()
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        raise ValueError(f"{quote(path)} " + _DAMAGED.format(error)) from None
+    if broken is not None:
+        raise ValueError(f"{quote(path)} " + _DAMAGED.format(f"member {broken!r} fails its checksum"))
+    if "config.json" not in names:
+        raise ValueError(f"{quote(path)} is a zip archive without config.json, not a Keras model file.")
+
+
+def check_weights_file(path):
+    """Fail clearly if a `.weights.h5` file is missing, empty, truncated or not HDF5.
+
+    Keras reports a truncated `.weights.h5` as an HDF5 "unable to
+    synchronously open" error; this check names the file and the fix first.
 
     Args:
         path: str or path-like.
@@ -116,40 +167,14 @@ def check_keras_file(path):
         ValueError: naming the file and what is wrong with it.
     """
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise ValueError(f"{quote(path)} does not exist.")
-    if os.path.isdir(path):
-        raise ValueError(f"{quote(path)} is a directory, not a .keras or .weights.h5 file.")
-    size = os.path.getsize(path)
-    if size == 0:
-        raise ValueError(f"{quote(path)} is empty (0 bytes): the save that wrote it did not finish. Save it again.")
-    with open(path, "rb") as handle:
-        head = handle.read(8)
-    damaged = "is truncated or damaged ({}); the save or download that wrote it did not finish. Save or download it again."
-    if path.lower().endswith(".keras"):
-        import zipfile
+    head = _check_nonempty_file(path, ".weights.h5")
+    if head != HDF5_MAGIC:
+        raise ValueError(f"{quote(path)} is not an HDF5 .weights.h5 file (it starts with {head!r}); one "
+                         "is written by `model.save_weights`.")
+    import h5py
 
-        if head[:4] != b"PK\x03\x04":
-            raise ValueError(f"{quote(path)} is not a .keras file: a .keras file is a zip archive, and this one "
-                             f"starts with {head[:8]!r}.")
-        try:
-            with zipfile.ZipFile(path) as archive:
-                broken = archive.testzip()
-                names = archive.namelist()
-        except (zipfile.BadZipFile, OSError, EOFError) as error:
-            raise ValueError(f"{quote(path)} " + damaged.format(error)) from None
-        if broken is not None:
-            raise ValueError(f"{quote(path)} " + damaged.format(f"member {broken!r} fails its checksum"))
-        if "config.json" not in names:
-            raise ValueError(f"{quote(path)} is a zip archive without config.json, not a Keras model file.")
-    elif path.lower().endswith((".h5", ".hdf5")):
-        if head != _HDF5_MAGIC:
-            raise ValueError(f"{quote(path)} is not an HDF5 file (it starts with {head!r}); a .weights.h5 file "
-                             "is written by `model.save_weights`.")
-        import h5py
-
-        try:
-            with h5py.File(path, "r"):
-                pass
-        except OSError as error:
-            raise ValueError(f"{quote(path)} " + damaged.format(error)) from None
+    try:
+        with h5py.File(path, "r"):
+            pass
+    except OSError as error:
+        raise ValueError(f"{quote(path)} " + _DAMAGED.format(error)) from None

@@ -206,18 +206,11 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
     if variant is not None:
         return ViTClassifier.from_variant(variant, image_size=image_size or 224, num_channels=num_channels,
                                           num_classes=num_classes)
-    if str(preset).endswith(".keras"):
-        from keras_vit.workflows.pretraining import load_pretrained_backbone
+    from keras_vit.presets import load_model
 
-        from keras_vit.convert.formats import load_keras_file
-
-        loaded = load_keras_file(preset, purpose="finetune")
-        if isinstance(loaded, ViTClassifier) and (
-                image_size is None or tuple(loaded.backbone.image_size) == to_pair(image_size, "image_size")):
-            return loaded.with_head(num_classes)
-        backbone = load_pretrained_backbone(preset)
-        return ViTClassifier(backbone=backbone_at_size(backbone, image_size), num_classes=num_classes)
-    model = ViTClassifier.from_preset(preset, image_size=image_size, num_classes=num_classes)
+    # One read of any handle; a stored classifier keeps its configuration (resized) under a new head.
+    model = load_model(preset, purpose="finetune", target="classifier", image_size=image_size,
+                       num_classes=num_classes)
     return model.with_head(num_classes)
 
 

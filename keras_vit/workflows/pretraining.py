@@ -6,7 +6,6 @@ import keras
 
 from keras_vit.models.masked_patch_predictor import MaskedPatchPredictor
 from keras_vit.models.vit_backbone import ViTBackbone
-from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.workflows.training import DIGITS_MODEL, build_optimizer, check_training_arguments, fit_resumable
 
@@ -96,31 +95,22 @@ def pretrain_predictor(
     return result
 
 
-def load_pretrained_backbone(path):
-    """The `ViTBackbone` inside a `.keras` file, ready for a classifier.
+def load_pretrained_backbone(path, purpose="load_pretrained_backbone"):
+    """The `ViTBackbone` of a pre-trained model, ready for a classifier.
 
-    Accepts a saved `MaskedPatchPredictor` (from `keras-vit pretrain`), a
-    saved `ViTClassifier`, or a saved `ViTBackbone`.
+    Any model handle the one reader reads (`keras_vit.presets.load_model`):
+    a `.keras` file (a saved `MaskedPatchPredictor` from `keras-vit
+    pretrain`, a `ViTClassifier` or a `ViTBackbone`), a preset directory, a
+    converted checkpoint or a preset name.
 
     Args:
-        path: str. Path of a `.keras` file.
+        path: str. The model handle.
+        purpose: str. Who asks, named when the handle holds another kind of
+            model.
 
     Returns:
         A `ViTBackbone` with the saved weights.
     """
-    if not str(path).endswith(".keras"):
-        raise ValueError(
-            "A pre-trained model is read from a `.keras` file, as written by "
-            f"`keras-vit pretrain --save`. Received: path={path!r}"
-        )
-    from keras_vit.convert.formats import load_keras_file
+    from keras_vit.presets import load_model
 
-    model = load_keras_file(path, (MaskedPatchPredictor, ViTClassifier, ViTBackbone), "a pre-trained backbone")
-    if isinstance(model, (MaskedPatchPredictor, ViTClassifier)):
-        return model.backbone
-    if isinstance(model, ViTBackbone):
-        return model
-    raise ValueError(
-        f"{path!r} holds a {type(model).__name__}, not a MaskedPatchPredictor, "
-        "ViTClassifier or ViTBackbone. Save one of those with `model.save(...)`."
-    )
+    return load_model(path, purpose=purpose, target="backbone")

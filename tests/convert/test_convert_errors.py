@@ -131,7 +131,7 @@ def test_npz_unknown_array(tmp_path):
 def test_bad_image_size_and_missing_file(tmp_path):
     with pytest.raises(ValueError, match="not a multiple of the checkpoint's patch size 4"):
         load_checkpoint(fixture_path("cls_token"), image_size=18)
-    with pytest.raises(ValueError, match="not found"):
+    with pytest.raises(ValueError, match="No such file or directory"):
         load_checkpoint(tmp_path / "nothing.safetensors")
     shutil.copy(SOURCE, tmp_path / "weights.bin.txt")
     with pytest.raises(ValueError, match="Unrecognised checkpoint"):

@@ -1,14 +1,13 @@
-"""`convert.formats.FORMATS` is the one place a checkpoint format is described, detected and loaded."""
+"""`presets.formats.READ_FORMATS` is the one place a model format is described, detected and read."""
 
-import importlib
 import os
 
 import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.convert import formats, load_checkpoint
-from keras_vit.presets import load_preset
+from keras_vit.convert import load_checkpoint
+from keras_vit.presets import formats, load_preset
 
 FAKE_SUFFIX = ".fakevit"
 
@@ -24,17 +23,18 @@ def load_fake_checkpoint(path, *, image_size=None, include_head=True, load_weigh
     return backbone
 
 
-@pytest.mark.parametrize("name", sorted(formats.FORMATS))
+@pytest.mark.one_backend("reads the table; no model is built")
+@pytest.mark.parametrize("name", sorted(formats.READ_FORMATS))
 def test_every_row_is_complete(name):
-    row = formats.FORMATS[name]
+    row = formats.READ_FORMATS[name]
     assert row.description and f"- {name}: {row.description}" in formats.describe_formats()
-    module_name, function_name = row.loader.split(":")
-    assert callable(getattr(importlib.import_module(module_name), function_name))
+    assert callable(row.read)  # the reader itself, imported by the table (no "module:function" string)
     # Every row is recognisable: by its config.json, or by a file suffix.
     assert row.claims_config is not None or row.suffixes
     assert not row.optional_hub_files or row.hub_files
 
 
+@pytest.mark.one_backend("reads the table; no model is built")
 def test_detection_asks_the_rows_in_order():
     assert formats.detect_config_format({"architecture": "vit_base_patch16_224", "model_type": "x"}) == "timm"
     assert formats.detect_config_format({"model_type": "vit"}) == "huggingface"
@@ -43,14 +43,14 @@ def test_detection_asks_the_rows_in_order():
     with pytest.raises(ValueError, match="not a config keras_vit can load") as refused:
         formats.detect_config_format({"nothing": 1})
     # The refusal lists the directory formats from the rows, so a new row needs no new message.
-    for name, row in formats.FORMATS.items():
+    for name, row in formats.READ_FORMATS.items():
         assert (f"- {name}: {row.description}" in str(refused.value)) == (row.claims_config is not None)
 
 
 def test_a_new_source_is_one_row(monkeypatch, tmp_path):
     """A format added as one row is detected, loaded by load_checkpoint and by from_preset, and in the help."""
-    monkeypatch.setitem(formats.FORMATS, "fake", formats.CheckpointFormat(
-        "a test checkpoint (a seed in a text file)", f"{__name__}:load_fake_checkpoint", suffixes=(FAKE_SUFFIX,)))
+    monkeypatch.setitem(formats.READ_FORMATS, "fake", formats.ReadFormat(
+        "a test checkpoint (a seed in a text file)", load_fake_checkpoint, suffixes=(FAKE_SUFFIX,)))
     path = str(tmp_path / f"model{FAKE_SUFFIX}")
     with open(path, "w") as file:
         file.write("7")
@@ -69,8 +69,17 @@ def test_a_new_source_is_one_row(monkeypatch, tmp_path):
     assert os.path.exists(path)
 
 
+@pytest.mark.one_backend("refused before anything is read")
 def test_formats_that_are_already_keras_vit_models_are_not_converted(tmp_path):
     keras_file = tmp_path / "model.keras"
     keras_file.write_bytes(b"PK")
-    with pytest.raises(ValueError, match="not a checkpoint to convert.*load_keras_file"):
+    with pytest.raises(ValueError, match="not a checkpoint to convert.*load_model"):
         load_checkpoint(str(keras_file))
+
+
+@pytest.mark.one_backend("refused before anything is read")
+def test_a_weights_file_alone_is_refused_with_the_fix(tmp_path):
+    weights = tmp_path / "model.weights.h5"
+    weights.write_bytes(b"\x89HDF\r\n\x1a\n")
+    with pytest.raises(ValueError, match=r"weights but no architecture.*load_weights"):
+        keras_vit.presets.load_model(str(weights))

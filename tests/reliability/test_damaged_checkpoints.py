@@ -248,8 +248,9 @@ def keras_files(tmp_path_factory):
 @pytest.mark.parametrize("name", ["model.keras", "model.weights.h5"])
 @pytest.mark.parametrize("cut", ["half", "empty", "other format"])
 def test_damaged_keras_files(tmp_path, keras_files, name, cut):
-    from keras_vit.utils.checks import check_keras_file
+    from keras_vit.utils.checks import check_keras_file, check_weights_file
 
+    check = check_keras_file if name == "model.keras" else check_weights_file
     data = (keras_files / name).read_bytes()
     content = {"half": data[: len(data) // 2], "empty": b"",
                "other format": (keras_files / ("model.weights.h5" if name == "model.keras" else "model.keras"))
@@ -258,9 +259,9 @@ def test_damaged_keras_files(tmp_path, keras_files, name, cut):
     path.write_bytes(content)
     phrase = {"half": "truncated or damaged", "empty": "empty (0 bytes)", "other format": "is not a"}[cut]
     with pytest.raises(ValueError, match=name.replace(".", r"\.")) as error:
-        check_keras_file(path)
+        check(path)
     assert phrase in str(error.value)
-    check_keras_file(keras_files / name)  # the intact file passes
+    check(keras_files / name)  # the intact file passes
     assert os.path.getsize(keras_files / name) == len(data)
 
 
