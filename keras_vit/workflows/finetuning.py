@@ -16,7 +16,7 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit.distribution import processes
+from keras_vit.distribution import engines
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import check_not_nested, check_replaceable, quote
 from keras_vit.utils.seeds import set_random_seed
@@ -366,15 +366,13 @@ def finetune(
             "the learning rate (--learning-rate) and run again; the last good checkpoint is kept in "
             f"{quote(run_dir) if run_dir else 'no run directory'}."
         )
+    engine = engines.current()
     accuracy = held_out_loss = None
-    if validation is not None:
-        scores = model.evaluate(processes.fit_input(validation), verbose=0, return_dict=True)
+    if validation is not None:  # the job's numbers on every held-out image, the same on every process
+        scores = engine.evaluate(model, validation)
         accuracy, held_out_loss = float(scores["accuracy"]), float(scores["loss"])
-    if output is not None and processes.is_chief():  # one writer in a job of several processes
-        model.save_to_preset(output, class_names=class_names)
-    elif output is not None and processes.saving_is_collective():
-        with processes.discarded_directory() as scratch:
-            model.save_to_preset(os.path.join(scratch, "preset"), class_names=class_names)  # swapped into place whole
+    if output is not None:  # one writer in a job of several processes; the preset is swapped into place whole
+        engine.save(lambda target: model.save_to_preset(target, class_names=class_names), output)
     finish_run(run_dir)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": accuracy, "loss": held_out_loss, "model": model, "class_names": class_names,

@@ -1,8 +1,9 @@
 """Two real PyTorch processes under torchrun train what one process trains; a killed worker resumes.
 
 `torchrun --nproc_per_node=2` (gloo, CPU, 127.0.0.1 and a free port) starts
-two processes. Each reads its rows of every global batch and
-`torch_processes.data_parallel` averages the gradients, weighted by rows:
+two processes. Each reads its rows of every global batch and the PyTorch
+engine (`keras_vit.distribution.engines.torch_processes`) averages the
+gradients, weighted by rows:
 losses and final weights must equal one process on the global batch within
 1e-5. Through the command line, `keras-vit finetune --distribute data` is
 killed in a worker (rank 1, not the chief) after its second epoch checkpoint;
