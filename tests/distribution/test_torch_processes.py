@@ -189,3 +189,24 @@ def test_every_process_checks_the_output_before_training(tmp_path):
         stop(child)
     assert child.returncode != 0, log[-4000:]
     assert log.count("does not exist. Create it first") == 2 and "Epoch 1/1" not in log, log[-4000:]
+
+
+@pytest.mark.parametrize("rank, missing", [(0, 1), (1, 0)])
+def test_a_process_that_never_joins_stops_the_job_with_its_name_and_address(tmp_path, rank, missing):
+    # One process of a job of two, started alone (the other host never comes up): it must stop after
+    # KERAS_VIT_JOIN_TIMEOUT seconds, saying which process is missing and where it waited.
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
+    pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
+    port = free_port()
+    env = {**environment(), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "KERAS_VIT_JOIN_TIMEOUT": "3"}
+    child = subprocess.Popen([sys.executable, "-m", "keras_vit", "finetune", folder, "--preset", pretrained,
+                              "--epochs", "1", "--distribute", "data"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT, start_new_session=True)
+    try:
+        log = child.communicate(timeout=TIMEOUT)[0]
+    finally:
+        stop(child)
+    assert child.returncode == 1, log[-4000:]
+    assert f"Process {rank} of 2 waited 3 s for process {missing} of the job at 127.0.0.1:{port}" in log, log[-4000:]
+    assert "KERAS_VIT_JOIN_TIMEOUT" in log and "Epoch 1/1" not in log, log[-4000:]
