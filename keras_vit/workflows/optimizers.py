@@ -4,11 +4,6 @@ import keras
 
 from keras_vit.layers import fused
 
-# Keras internals (Keras 3.15) that the TensorFlow strategy step calls by
-# name. A Keras without one of them keeps its own step.
-_KERAS_INTERNALS = ("_clip_gradients", "_get_variable_index", "_use_weight_decay", "_iterations")
-
-
 class ReplicaSummedGradients:
     """Mixin: under a `tf.distribute` strategy, clip and accumulate the replicas' summed gradients.
 
@@ -31,11 +26,11 @@ class ReplicaSummedGradients:
     """
 
     def _backend_apply_gradients(self, grads, trainable_variables):
-        if keras.backend.backend() == "tensorflow" and all(hasattr(self, name) for name in _KERAS_INTERNALS):
-            from keras_vit.integrations import tf_optimizers
+        from keras_vit.integrations import tf_optimizers
 
-            if tf_optimizers.apply_summed(self, grads, trainable_variables, super()._clip_gradients):
-                return
+        if tf_optimizers.can_apply_summed(self) and tf_optimizers.apply_summed(
+                self, grads, trainable_variables, super()._clip_gradients):
+            return
         super()._backend_apply_gradients(grads, trainable_variables)
 
 
