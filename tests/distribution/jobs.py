@@ -67,6 +67,9 @@ def assert_same_preset_weights(expected_preset, actual_preset, atol=1e-5):
     expected = keras_vit.ViTClassifier.from_preset(expected_preset)
     actual = keras_vit.ViTClassifier.from_preset(actual_preset)
     assert [w.path for w in actual.weights] == [w.path for w in expected.weights]
+    largest = max(float(np.max(np.abs(keras.ops.convert_to_numpy(got.value) - keras.ops.convert_to_numpy(want.value))))
+                  for want, got in zip(expected.weights, actual.weights))
+    print(f"weights: largest difference {largest:.3g}")  # shown by `pytest -rP`
     for want, got in zip(expected.weights, actual.weights):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(got.value), keras.ops.convert_to_numpy(want.value),
                                    atol=atol, rtol=0, err_msg=want.path)
@@ -115,5 +118,8 @@ def assert_same_numbers(one_process, many_processes, atol=1e-6):
     assert held_out_line(job_log) == held_out_line(one_log), (held_out_line(job_log), held_out_line(one_log))
     one, job = read_log(one_csv), read_log(job_csv)
     assert sorted(job) == sorted(one) and any(name.startswith("val_") for name in one), (sorted(job), sorted(one))
+    differences = {name: float(np.max(np.abs(np.subtract(job[name], one[name])))) for name in one}
+    print(f"printed: {held_out_line(one_log)!r} (one process) {held_out_line(job_log)!r} (the job); log.csv "
+          "largest differences: " + ", ".join(f"{name} {value:.3g}" for name, value in differences.items()))
     for name in one:
         np.testing.assert_allclose(job[name], one[name], atol=atol, rtol=0, err_msg=f"log.csv column {name}")

@@ -253,13 +253,18 @@ class _GradientAverage(keras.callbacks.Callback):
         self.epoch_rows = 0
         self.saved_metrics = None
         optimizer = model.optimizer
-        self.apply = optimizer.apply
+        earlier = getattr(optimizer.apply, "__self__", None)
+        # Prepared again (another `fit`): wrap Keras' own `apply`, not the earlier average.
+        self.apply = earlier.apply if isinstance(earlier, _GradientAverage) else optimizer.apply
         optimizer.apply = self.averaged_apply
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch_rows = 0
 
     def on_train_batch_begin(self, batch, logs=None):
+        if not hasattr(self.train, "rows"):  # data not shared out by `shard`: every process weighs the same
+            self.rows = 1
+            return
         first, stop = self.train.rows(batch)
         self.rows = stop - first
         self.epoch_rows += self.rows
