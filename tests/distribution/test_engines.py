@@ -52,3 +52,32 @@ def test_one_process_is_process_0_of_1_and_saves_alone(tmp_path):
     assert engine.save(written.append, str(tmp_path / "model.keras")) is True
     assert written == [str(tmp_path / "model.keras")]
     assert engine.broadcast_json({"epochs": 3}) == {"epochs": 3}
+
+
+@pytest.mark.one_backend("sockets on 127.0.0.1; no model")
+def test_the_processes_meet_or_the_missing_one_is_named():
+    import threading
+
+    from tests.distribution.jobs import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    errors = []
+
+    def process(index):
+        try:
+            joining.rendezvous(index, 3, address, 30)
+        except TimeoutError as error:  # pragma: no cover - a failure is reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=process, args=(index,)) for index in (2, 0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and not any(thread.is_alive() for thread in threads)
+
+    address = f"127.0.0.1:{free_port()}"
+    with pytest.raises(TimeoutError, match=f"Process 0 of 2 waited 0.5 s for process 1 of the job at {address}"):
+        joining.rendezvous(0, 2, address, 0.5)
+    with pytest.raises(TimeoutError, match=f"Process 1 of 2 waited 0.5 s for process 0 of the job at {address}"):
+        joining.rendezvous(1, 2, address, 0.5)

@@ -54,6 +54,8 @@ def join(join_timeout=None):
     address = os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "").split(",")[0]
     count = int(os.environ["KERAS_DISTRIBUTION_NUM_PROCESSES"])
     index = int(os.environ.get("KERAS_DISTRIBUTION_PROCESS_ID", 0))
+    # Meet first, with a bounded wait that can be caught: JAX's own wait ends the process from C++.
+    joining.rendezvous(index, count, address, seconds)
     # CPU devices of different processes reach each other through gloo (the default has no transport).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
