@@ -81,3 +81,16 @@ def test_the_processes_meet_or_the_missing_one_is_named():
         joining.rendezvous(0, 2, address, 0.5)
     with pytest.raises(TimeoutError, match=f"Process 1 of 2 waited 0.5 s for process 0 of the job at {address}"):
         joining.rendezvous(1, 2, address, 0.5)
+
+
+def test_every_training_command_builds_the_optimizer_that_sums_replicas():
+    # `train` and `pretrain` (training.build_optimizer) and `finetune` (its recipes) get keras_vit's optimizers,
+    # which on TensorFlow workers sum the replicas' gradients before clipping; Keras' AdamW clips each part.
+    from keras_vit.workflows.finetuning import build_recipe_optimizer
+    from keras_vit.workflows.optimizers import ReplicaSummedGradients
+    from keras_vit.workflows.training import build_optimizer
+
+    built = [build_optimizer(1e-3, 0.05, 20), build_recipe_optimizer("adamw", 20)[0],
+             build_recipe_optimizer("paper", 20, batch_size=256)[0]]
+    assert all(isinstance(optimizer, ReplicaSummedGradients) for optimizer in built), built
+    assert [type(optimizer).__name__ for optimizer in built] == ["AdamW", "AdamW", "SGD"]
