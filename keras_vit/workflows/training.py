@@ -19,6 +19,7 @@ from keras_vit.utils import atomic_directory, atomic_write, check_writable
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import check_writable_names, mark_directory, quote, read_marker, recover_directory
 from keras_vit.utils.seeds import set_random_seed
+from keras_vit.workflows import optimizers
 
 # A ViT small enough to train on 8x8 digits in about a minute per backend.
 DIGITS_MODEL = {
@@ -38,15 +39,11 @@ DIGITS_MODEL = {
 
 
 def build_optimizer(learning_rate, weight_decay, total_steps, warmup_fraction=0.1):
-    """AdamW with linear warm-up and cosine decay, the usual ViT schedule."""
-    warmup_steps = max(1, int(total_steps * warmup_fraction))
-    schedule = keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0,
-        decay_steps=max(1, total_steps - warmup_steps),
-        warmup_target=learning_rate,
-        warmup_steps=warmup_steps,
-    )
-    return keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay)
+    """AdamW with linear warm-up and cosine decay, the usual ViT schedule (`keras-vit train` and `pretrain`).
+
+    The one builder of every command (`keras_vit.workflows.optimizers.build_optimizer`), with these settings.
+    """
+    return optimizers.build_optimizer("adamw", learning_rate, total_steps, weight_decay, warmup_fraction)
 
 
 def train_classifier(
@@ -412,10 +409,21 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
 
 
 def save_model(model, path):
-    """`model.save(path)` through a temporary name, so a kill leaves the old file or the new one.
+    """`model.save(path)` for use: without the optimizer's state, through a temporary name.
 
-    In a job of several processes only process 0 writes (the others return).
+    The file holds the model (its config and weights) but not the state of
+    the optimizer it was trained with, which would triple the size of an
+    AdamW-trained model; the run directory's checkpoint keeps that state to
+    resume. A kill leaves the old file or the new one. In a job of several
+    processes only process 0 writes (the others return).
     """
+    from keras_vit.presets.keras_vit_format import optimizer_set_aside
+
+    with optimizer_set_aside(model):
+        _save_model_file(model, path)
+
+
+def _save_model_file(model, path):
     engine = engines.current()
     if not engine.is_chief():
         engine.save(model.save, path)  # a copy discarded at once where saving is collective
