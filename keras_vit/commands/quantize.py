@@ -1,10 +1,12 @@
 """`keras-vit quantize MODEL --out PATH`: int8 weights, saved as a `.keras` file or a preset directory."""
 
+from keras_vit.commands.arguments import ModelHandle, Path
+
 
 def add_arguments(parser):
-    parser.add_argument("model", metavar="MODEL",
+    parser.add_argument("model", action=ModelHandle, metavar="MODEL",
                         help="a preset name, hf://org/repo, a local preset / checkpoint path, or a .keras file")
-    parser.add_argument("--out", required=True, metavar="PATH",
+    parser.add_argument("--out", action=Path, required=True, metavar="PATH",
                         help="a .keras file, or a directory for a preset (loads with from_preset)")
     parser.add_argument("--backbone", action="store_true", help="quantize the backbone only (no head)")
 
@@ -26,7 +28,7 @@ def run(args):
             raise UsageError(str(error)) from error
     else:
         check_replaceable(args.out, PRESET_KIND, "out")
-    model = quantize_model(load_model(args.model, backbone=args.backbone))
+    model = quantize_model(load_model(args.model, backbone=args.backbone, purpose="quantize"))
     if as_file:
         save_model(model, args.out)
     else:
