@@ -44,6 +44,9 @@ def run(args):
     # Every flag's value (--shots, --seeds, --l2-reg, ...) was checked while parsing; the folder before the model.
     if not os.path.isdir(args.data_dir):
         raise UsageError(f"No such image folder: {args.data_dir}")
+    from keras_vit.data.image_folder import check_held_out
+
+    check_held_out(args.data_dir, args.test_dir, "test_dir")  # before the model: a refusal costs no load
     model = _load(args.preset, args.image_size)
     results, class_names = fewshot_evaluate_folder(
         model, args.data_dir, test_dir=args.test_dir, test_split=args.test_split, shots=args.shots,

@@ -83,8 +83,6 @@ def _run(args):
     augment = AugmentPolicy(crop=not args.no_crop, flip=not args.no_flip, randaugment=args.randaugment,
                             mixup=args.mixup, cutmix=args.cutmix)
     effective = "recipe" if args.effective_batch_size is None else (args.effective_batch_size or None)
-    if args.output is None:
-        print("No --output: the fine-tuned model will not be saved, and no checkpoints are written.")
     result = finetune(
         args.data_dir, preset=args.preset, variant=args.variant, image_size=args.image_size, recipe=args.recipe,
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
