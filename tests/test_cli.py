@@ -42,7 +42,9 @@ def test_train_passes_its_recipe_to_the_optimizer(monkeypatch, capsys):
         seen.append(kwargs)
         raise Built
 
-    monkeypatch.setattr(keras.optimizers, "AdamW", spy)
+    from keras_vit.workflows import optimizers
+
+    monkeypatch.setattr(optimizers, "AdamW", spy)  # the one builder's AdamW (keras_vit's, Keras' on one process)
     with pytest.raises(Built):
         cli.main(["train", "--epochs", "1"])
     assert seen[-1]["weight_decay"] == pytest.approx(0.3)

@@ -74,14 +74,14 @@ def run_distributed(args, body):
                          f"devices). Received: {received}")
     if not getattr(args, "distribute", None):
         return body(None)
-    from keras_vit.distribution import distribution_for_backend, processes
+    from keras_vit.distribution import distribution_for_backend, engines
 
     try:
         distribution = distribution_for_backend(args.distribute, model_parallelism=model_parallelism,
                                                 tpu=os.environ.get("TPU_NAME"))
     except (ValueError, RuntimeError) as error:
         raise UsageError(str(error)) from None
-    if not processes.is_chief():  # process 0 reports for the job
+    if not engines.current().is_chief():  # process 0 reports for the job
         sys.stdout = open(os.devnull, "w")
         warnings.filterwarnings("ignore")
     with distribution.scope():
@@ -125,24 +125,18 @@ def run(args):
     return run_distributed(args, lambda distribution: _run(args, distribution))
 
 
-def _batch_shards(distribution):
-    """How many ways keras.distribution splits each batch (1 without one, or on TensorFlow)."""
-    mesh = getattr(distribution, "device_mesh", None)
-    if mesh is None:  # tf.distribute splits uneven batches itself
-        return 1
-    return mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)]
-
-
 def _run(args, distribution=None):
     import keras
     import numpy as np
 
     from keras_vit.commands import UsageError
     from keras_vit.data import load_digits_split
+    from keras_vit.distribution import engines
     from keras_vit.workflows.training import build_digits_classifier, train_classifier
 
-    # What the flags ask of the devices and of the --init-from file, before the digits are read.
-    shards = _batch_shards(distribution)
+    # What the flags ask of the devices and of the --init-from file, before the digits are read. The job's
+    # engine cuts every batch to a multiple of the devices JAX splits it over (`engine.shard`).
+    shards = engines.current().batch_multiple()
     if shards > 1 and args.batch_size % shards:
         # JAX splits every batch evenly over the batch axis of the mesh.
         raise UsageError(f"--batch-size must be divisible by the {shards} batch shards of the device mesh. "
@@ -167,10 +161,6 @@ def _run(args, distribution=None):
     if image_size != 8:
         x_train = np.asarray(keras.ops.image.resize(x_train, (image_size, image_size)))
         x_test = np.asarray(keras.ops.image.resize(x_test, (image_size, image_size)))
-    if shards > 1:
-        # The last, smaller batch of each pass must divide too.
-        x_train, y_train = x_train[: len(x_train) // shards * shards], y_train[: len(y_train) // shards * shards]
-        x_test, y_test = x_test[: len(x_test) // shards * shards], y_test[: len(y_test) // shards * shards]
     if pretrained is not None:
         from keras_vit.models.vit_classifier import ViTClassifier
 

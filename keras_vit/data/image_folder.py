@@ -298,7 +298,7 @@ class _ShardedRows:
     """
 
     # Rows of every batch are cut to a multiple of this: JAX splits each batch evenly over the
-    # batch axis of its device mesh (`processes.shard_for_processes` sets it).
+    # batch axis of its device mesh (`engines.current().shard` sets it on a copy).
     batch_multiple = 1
 
     @property
@@ -313,12 +313,8 @@ class _ShardedRows:
         index, count = (int(shard[0]), int(shard[1]))
         if not 0 <= index < count:
             raise ValueError(f"`shard` must be (index, count) with 0 <= index < count. Received: shard={shard!r}")
-        smallest = min(self.batch_size, self._num_rows() - (len(self) - 1) * self.batch_size)
-        if smallest < count:
-            raise ValueError(
-                f"A batch of {smallest} rows cannot feed {count} processes: every process needs at least one "
-                f"row of every batch. Use a batch size of at least {count}, with a last batch of at least "
-                f"{count} rows. Received: batch_size={self.batch_size}, {self._num_rows()} rows.")
+        # A batch of fewer rows than processes leaves some without a row of it (`rows` is empty there):
+        # the job's engine (keras_vit.distribution.engines) decides what such a process feeds.
         self._shard = (index, count)
 
     def __len__(self):

@@ -4,9 +4,10 @@ On JAX, `keras.distribution`: `data_parallel()` replicates the model and
 splits batches; `model_parallel()` also splits every large weight over a
 mesh axis with the Megatron-style `layout_map()`. On TensorFlow,
 `tensorflow_strategy()` returns a `MirroredStrategy` (or a `TPUStrategy`)
-for the same `model.fit` code. On PyTorch, `torch_processes` trains one
-process per device under `torchrun`, averaging gradients across processes.
-`processes` tells any workflow which process of a job it runs in.
+for the same `model.fit` code. Jobs of many processes (JAX processes,
+PyTorch under `torchrun`, TensorFlow workers) run through `engines`: one
+module per engine behind one interface, chosen by `engines.current()`;
+`processes` gives short names for which process of a job this is.
 `unsharded_weights()` and `layout_errors()` check a layout map against a
 model before any memory is spent on it; `head_aligned()` converts a model
 whose qkv kernels keep timm's column order (saved before keras_vit grouped

@@ -50,7 +50,7 @@ def data_parallel(devices=None):
     _require_backend(
         "jax", "keras.distribution", "On TensorFlow use `keras_vit.distribution.tensorflow_strategy()`."
     )
-    # Across processes each one feeds its own rows (`processes.shard_for_processes`): Keras'
+    # Across processes each one feeds its own rows (`engines.current().shard`): Keras'
     # auto-sharding accepts only a tf.data.Dataset there.
     return keras.distribution.DataParallel(devices=_devices(devices), auto_shard_dataset=_one_process())
 
@@ -151,9 +151,11 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
     `TF_CONFIG` names several workers, the job's
     `MultiWorkerMirroredStrategy` (`tf_workers.strategy()`); model
     parallelism is JAX-only. PyTorch: `"data"` joins the processes of a
-    `torchrun` job (`torch_processes.TorchDataParallel`; one process per
-    device, gradients averaged across them); outside `torchrun` it raises
-    with the command to use.
+    `torchrun` job and returns their engine
+    (`engines.torch_processes.TorchProcesses`; one process per device,
+    gradients averaged across them); outside `torchrun` it raises with the
+    command to use. On JAX and PyTorch the other processes of a job must
+    join within `KERAS_VIT_JOIN_TIMEOUT` seconds (default 60).
 
     Args:
         kind: str. `"data"` or `"model"`.
@@ -162,16 +164,17 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
 
     Returns:
         An object with a `scope()` context manager: a
-        `keras.distribution.Distribution` or a `tf.distribute.Strategy`.
+        `keras.distribution.Distribution`, a `tf.distribute.Strategy` or
+        the PyTorch job's engine.
         Build, compile and fit the model inside that scope.
     """
     if kind not in KINDS:
         raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
     backend = keras.backend.backend()
     if backend == "jax":
-        from keras_vit.distribution.processes import initialize_jax_processes
+        from keras_vit.distribution.engines import jax_processes
 
-        initialize_jax_processes()  # a multi-process job when Keras' KERAS_DISTRIBUTION_* variables say so
+        jax_processes.join()  # a multi-process job when Keras' KERAS_DISTRIBUTION_* variables say so
         return data_parallel() if kind == "data" else model_parallel(model_parallelism)
     if backend == "tensorflow":
         if kind == "model":
@@ -180,7 +183,7 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
                 "keras.distribution: set KERAS_BACKEND=jax. On TensorFlow use kind='data' "
                 "(MirroredStrategy, or TPUStrategy with a TPU). Received: kind='model', backend='tensorflow'"
             )
-        from keras_vit.distribution import tf_workers
+        from keras_vit.distribution.engines import tf_workers
 
         if tpu is None and tf_workers.tf_config_job() is not None:
             return tf_workers.strategy()  # TF_CONFIG names several workers: one process of a multi-worker job
@@ -191,12 +194,14 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
             "KERAS_BACKEND=jax. On PyTorch use kind='data' under torchrun (one process per device). "
             f"Received: kind='model', backend={backend!r}"
         )
-    from keras_vit.distribution.torch_processes import TorchDataParallel, launched_by_torchrun
+    from keras_vit.distribution import engines
+    from keras_vit.distribution.engines import torch_processes
 
-    if not launched_by_torchrun():
+    if not torch_processes.launched_by_torchrun():
         raise ValueError(
             "Data parallelism on PyTorch runs one process per device, started by torchrun: "
             "`torchrun --nproc_per_node=N -m keras_vit COMMAND ... --distribute data` (docs/scale-out.md). "
             "This process was not started by torchrun (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset)."
         )
-    return TorchDataParallel()
+    torch_processes.join()
+    return engines.current()

@@ -28,6 +28,17 @@ TensorFlow backend runs.
 """
 
 
+# Keras internals (Keras 3.15) that the strategy step calls by name. A Keras without one of them keeps its own step.
+_KERAS_INTERNALS = ("_clip_gradients", "_get_variable_index", "_use_weight_decay", "_iterations")
+
+
+def can_apply_summed(optimizer):
+    """True on the TensorFlow backend, with a Keras whose optimizer has what `apply_summed` calls."""
+    import keras
+
+    return keras.backend.backend() == "tensorflow" and all(hasattr(optimizer, name) for name in _KERAS_INTERNALS)
+
+
 def strategy_replica_context():
     """The replica context of a `tf.distribute` strategy this code runs in, or `None`.
 

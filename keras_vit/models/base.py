@@ -136,41 +136,6 @@ class ViTModel:
         self.check_batch(x, y)
         return super().evaluate(x, y, *args, **kwargs)
 
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras' TensorFlow trainer (and only it) has this hook: before the first step of `fit` or
-        # `evaluate` under a tf.distribute strategy it builds the model from the first batch, which it
-        # reduces across replicas only to learn shapes and dtypes. MultiWorkerMirroredStrategy cannot
-        # reduce that per-replica batch eagerly (Keras issue 20585), so one replica's tensors are
-        # handed over instead (`keras_vit.integrations.tf_trainer`). Anything else, or a Keras
-        # without the hook, keeps Keras' own behaviour.
-        build = getattr(super(), "_maybe_symbolic_build", None)
-        if build is None:
-            return None
-        strategy = getattr(self, "_distribute_strategy", None)
-        if iterator is not None and data_batch is None and strategy is not None:
-            from keras_vit.integrations.tf_trainer import local_batch
-
-            batch = local_batch(strategy, iterator)
-            if batch is not None:
-                return build(data_batch=batch)
-        return build(iterator=iterator, data_batch=data_batch)
-
-    def train_step(self, *args, **kwargs):
-        return self._reducible_across_workers(super().train_step(*args, **kwargs))
-
-    def test_step(self, *args, **kwargs):
-        return self._reducible_across_workers(super().test_step(*args, **kwargs))
-
-    def _reducible_across_workers(self, logs):
-        # Across TensorFlow workers Keras averages a step's scalar results along an axis 0 they
-        # lack (`keras_vit.integrations.tf_trainer.reducible_logs`); anywhere else they pass as they are.
-        strategy = getattr(self, "_distribute_strategy", None)
-        if strategy is None or keras.backend.backend() != "tensorflow":
-            return logs
-        from keras_vit.integrations.tf_trainer import multi_worker, reducible_logs
-
-        return reducible_logs(logs) if multi_worker(strategy) else logs
-
     def predict(self, x, *args, **kwargs):
         x = self.resize_raw_images(x)
         self.check_batch(x)

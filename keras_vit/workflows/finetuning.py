@@ -15,7 +15,7 @@ import time
 import keras
 import numpy as np
 
-from keras_vit.distribution import processes
+from keras_vit.distribution import engines
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import check_not_nested, check_replaceable, quote
 from keras_vit.utils.seeds import set_random_seed
@@ -75,20 +75,12 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
         accumulation = math.ceil(effective_batch_size / batch_size)
     if steps_per_epoch is not None:
         accumulation = max(1, min(accumulation, steps_per_epoch))
-    warmup = max(1, int(total_steps * settings["warmup_fraction"]))
-    # Warm-up over the first 5% of the updates, cosine decay over the rest;
-    # every update, the first included, at a non-zero rate. Keras evaluates a
-    # schedule at the batch count, not the update count, so the schedule is
-    # laid out in batches (see `warmup_cosine_schedule`).
-    schedule = optimizers.warmup_cosine_schedule(learning_rate, warmup, total_steps, accumulation)
-    common = {"learning_rate": schedule, "global_clipnorm": settings["global_clipnorm"],
-              "gradient_accumulation_steps": accumulation if accumulation > 1 else None}
-    # keras_vit's optimizers, not Keras': under a tf.distribute strategy Keras'
-    # clip each replica's part of the gradient and cannot accumulate.
-    if settings["optimizer"] == "sgd":
-        optimizer = optimizers.SGD(momentum=0.9, weight_decay=weight_decay or None, **common)
-    else:
-        optimizer = optimizers.AdamW(weight_decay=weight_decay, **common)
+    # Warm-up over the first 5% of the updates, cosine decay over the rest, every update at a non-zero rate;
+    # keras_vit's optimizers, not Keras': under a tf.distribute strategy Keras' clip each replica's part of
+    # the gradient and cannot accumulate.
+    optimizer = optimizers.build_optimizer(
+        settings["optimizer"], learning_rate, total_steps, weight_decay, settings["warmup_fraction"],
+        settings["global_clipnorm"], accumulation)
     return optimizer, accumulation
 
 
@@ -409,15 +401,13 @@ def finetune(
             "the learning rate (--learning-rate) and run again; the last good checkpoint is kept in "
             f"{quote(run_dir) if run_dir else 'no run directory'}."
         )
+    engine = engines.current()
     accuracy = held_out_loss = None
-    if validation is not None:
-        scores = model.evaluate(processes.fit_input(validation), verbose=0, return_dict=True)
+    if validation is not None:  # the job's numbers on every held-out image, the same on every process
+        scores = engine.evaluate(model, validation)
         accuracy, held_out_loss = float(scores["accuracy"]), float(scores["loss"])
-    if output is not None and processes.is_chief():  # one writer in a job of several processes
-        model.save_to_preset(output, class_names=class_names)
-    elif output is not None and processes.saving_is_collective():
-        with processes.discarded_directory() as scratch:
-            model.save_to_preset(os.path.join(scratch, "preset"), class_names=class_names)  # swapped into place whole
+    if output is not None:  # one writer in a job of several processes; the preset is swapped into place whole
+        engine.save(lambda target: model.save_to_preset(target, class_names=class_names), output)
     finish_run(run_dir)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": accuracy, "loss": held_out_loss, "model": model, "class_names": class_names,

@@ -4,11 +4,6 @@ import keras
 
 from keras_vit.layers import fused
 
-# Keras internals (Keras 3.15) that the TensorFlow strategy step calls by
-# name. A Keras without one of them keeps its own step.
-_KERAS_INTERNALS = ("_clip_gradients", "_get_variable_index", "_use_weight_decay", "_iterations")
-
-
 class ReplicaSummedGradients:
     """Mixin: under a `tf.distribute` strategy, clip and accumulate the replicas' summed gradients.
 
@@ -31,11 +26,11 @@ class ReplicaSummedGradients:
     """
 
     def _backend_apply_gradients(self, grads, trainable_variables):
-        if keras.backend.backend() == "tensorflow" and all(hasattr(self, name) for name in _KERAS_INTERNALS):
-            from keras_vit.integrations import tf_optimizers
+        from keras_vit.integrations import tf_optimizers
 
-            if tf_optimizers.apply_summed(self, grads, trainable_variables, super()._clip_gradients):
-                return
+        if tf_optimizers.can_apply_summed(self) and tf_optimizers.apply_summed(
+                self, grads, trainable_variables, super()._clip_gradients):
+            return
         super()._backend_apply_gradients(grads, trainable_variables)
 
 
@@ -174,3 +169,42 @@ def warmup_cosine_schedule(peak, warmup_updates, total_updates, batches_per_upda
         warmup_steps=batches_per_update * warmup_updates - 1,
         decay_steps=batches_per_update * (total_updates - warmup_updates + 1),
     )
+
+
+def build_optimizer(kind, learning_rate, total_updates, weight_decay=0.0, warmup_fraction=0.1,
+                    global_clipnorm=None, accumulation=1):
+    """The optimizer of every training command: keras_vit's `SGD` or `AdamW` under a warm-up and cosine decay.
+
+    `keras-vit train`, `pretrain` and `finetune` all build theirs here, so a
+    job trains alike on every engine: these optimizers are Keras' own on
+    one process, on JAX and on PyTorch, and under a `tf.distribute`
+    strategy (TensorFlow workers included) they sum the replicas' gradients
+    before they clip or accumulate, where Keras' clip each replica's part.
+
+    Args:
+        kind: str. `"sgd"` (momentum 0.9) or `"adamw"`.
+        learning_rate: float. The peak learning rate, reached at the end of
+            the warm-up.
+        total_updates: int. Optimizer updates of the whole run (after
+            accumulation).
+        weight_decay: float. Decoupled weight decay (none for SGD at 0).
+            Defaults to `0.0`.
+        warmup_fraction: float. Share of the updates spent warming up.
+            Defaults to `0.1`.
+        global_clipnorm: float or `None`. Clip the gradient's global norm.
+            Defaults to `None`.
+        accumulation: int. Batches accumulated per update. Defaults to `1`.
+
+    Returns:
+        A `keras_vit.optimizers.SGD` or `AdamW`.
+    """
+    total_updates = max(1, int(total_updates))
+    schedule = warmup_cosine_schedule(learning_rate, max(1, int(total_updates * warmup_fraction)), total_updates,
+                                      accumulation)
+    common = {"learning_rate": schedule, "global_clipnorm": global_clipnorm,
+              "gradient_accumulation_steps": accumulation if accumulation > 1 else None}
+    if kind == "sgd":
+        return SGD(momentum=0.9, weight_decay=weight_decay or None, **common)
+    if kind == "adamw":
+        return AdamW(weight_decay=weight_decay, **common)
+    raise ValueError(f"`kind` must be 'sgd' or 'adamw'. Received: kind={kind!r}")

@@ -11,7 +11,7 @@ import time
 import keras
 import numpy as np
 
-from keras_vit.distribution import processes
+from keras_vit.distribution import engines
 from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.models.vit_classifier import ViTClassifier
@@ -19,7 +19,7 @@ from keras_vit.utils import atomic_directory, atomic_write, check_writable
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import check_writable_names, mark_directory, quote, read_marker, recover_directory
 from keras_vit.utils.seeds import set_random_seed
-from keras_vit.workflows.optimizers import warmup_cosine_schedule
+from keras_vit.workflows import optimizers
 
 # A ViT small enough to train on 8x8 digits in about a minute per backend.
 DIGITS_MODEL = {
@@ -39,10 +39,11 @@ DIGITS_MODEL = {
 
 
 def build_optimizer(learning_rate, weight_decay, total_steps, warmup_fraction=0.1):
-    """AdamW with linear warm-up and cosine decay, the usual ViT schedule."""
-    # The first update at a non-zero rate, as every other (see `warmup_cosine_schedule`).
-    schedule = warmup_cosine_schedule(learning_rate, max(1, int(total_steps * warmup_fraction)), total_steps)
-    return keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay)
+    """AdamW with linear warm-up and cosine decay, the usual ViT schedule (`keras-vit train` and `pretrain`).
+
+    The one builder of every command (`keras_vit.workflows.optimizers.build_optimizer`), with these settings.
+    """
+    return optimizers.build_optimizer("adamw", learning_rate, total_steps, weight_decay, warmup_fraction)
 
 
 def train_classifier(
@@ -100,8 +101,9 @@ def train_classifier(
         settings=settings, verbose=verbose, keep_backup=keep_backup,
     )
     seconds = time.perf_counter() - start
-    loss, accuracy = model.evaluate(*test_data, batch_size=256, verbose=0)
-    return {"accuracy": float(accuracy), "loss": float(loss), "seconds": seconds, "history": history,
+    # The job's numbers on the whole held-out set, the same on every process.
+    scores = engines.current().evaluate(model, ArrayBatches(*test_data, batch_size=256, shuffle=False))
+    return {"accuracy": scores["accuracy"], "loss": scores["loss"], "seconds": seconds, "history": history,
             "initial_epoch": initial_epoch}
 
 
@@ -173,7 +175,7 @@ def finish_run(run_dir):
     the saving of the model resumes with every epoch done instead of
     training again from the start.
     """
-    if run_dir is not None and processes.is_chief() and read_marker(run_dir)[0] == RUN_KIND:
+    if run_dir is not None and engines.current().is_chief() and read_marker(run_dir)[0] == RUN_KIND:
         shutil.rmtree(os.path.join(run_dir, BACKUP_DIR), ignore_errors=True)
 
 
@@ -286,10 +288,12 @@ class EpochCheckpoint(keras.callbacks.Callback):
         # First, on every process alike (the logs are the job's): a save that is collective must be skipped by all.
         if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
             return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
-        if not processes.is_chief():  # process 0 writes the job's checkpoint
-            if processes.saving_is_collective():
-                with processes.discarded_directory() as scratch:
-                    self.model.save_weights(os.path.join(scratch, CHECKPOINT_WEIGHTS))
+        # Process 0 writes the job's checkpoint; where saving is collective the others save weights and discard them.
+        engines.current().save(lambda directory: self._write(directory, epoch, logs), self.directory)
+
+    def _write(self, directory, epoch, logs):
+        if directory != self.directory:  # another process's copy, discarded
+            self.model.save_weights(os.path.join(os.path.dirname(directory), CHECKPOINT_WEIGHTS))
             return
         state = {
             "epoch": epoch + 1,
@@ -304,23 +308,6 @@ class EpochCheckpoint(keras.callbacks.Callback):
             _save_lora(self.model, os.path.join(staging, CHECKPOINT_LORA))
             with open(os.path.join(staging, CHECKPOINT_STATE), "w") as file:
                 json.dump(state, file)
-
-
-def _restore_for_job(checkpoint, model):
-    """`checkpoint.restore(model)` for a job of one or many processes; the epochs done.
-
-    On PyTorch with several processes, process 0 reads the checkpoint and
-    `torch_processes.data_parallel` then copies its weights and optimizer
-    state to the others, so the run directory need not be shared; the epoch
-    count and the random-generator state travel with `broadcast_json`.
-    Elsewhere every process reads the (shared) run directory.
-    """
-    if processes.process_count() == 1 or keras.backend.backend() != "torch":
-        return checkpoint.restore(model)
-    epochs = checkpoint.restore(model) if processes.is_chief() else 0
-    state = processes.broadcast_json({"epochs": epochs, "rng": getattr(checkpoint, "_pending_global_rng", None)})
-    checkpoint._pending_global_rng = state["rng"]
-    return state["epochs"]
 
 
 def _trim_log(path, epochs_done):
@@ -359,13 +346,13 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     `ArrayBatches`) are told each epoch, so the resumed batches equal the
     uninterrupted run's.
 
-    In a job of several processes (`keras_vit.distribution.processes`), each
-    process trains on its share of every global batch (the dataset is
-    sharded here), process 0 alone prints progress and writes the backup and
-    the log, and on PyTorch the gradients are averaged across processes
-    (`torch_processes.data_parallel`); TensorFlow workers average them
-    through their `MultiWorkerMirroredStrategy`. A rerun after any process was killed
-    resumes every process from process 0's backup.
+    In a job of several processes the job's engine
+    (`keras_vit.distribution.engines.current()`) does what differs: each
+    process trains on its share of every global batch (a sharded copy of
+    `data`), the gradients are averaged across processes, the held-out
+    numbers are those of the whole `validation_data`, and process 0 alone
+    prints progress and writes the backup and the log. A rerun after any
+    process was killed resumes every process from process 0's backup.
 
     Args:
         model: a compiled `keras.Model`.
@@ -385,10 +372,11 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     """
     from keras_vit.data.image_folder import EpochSync
 
-    chief = processes.is_chief()
-    processes.shard_for_processes(data)
-    if validation_data is not None and hasattr(validation_data, "shard"):
-        processes.shard_for_processes(validation_data)
+    engine = engines.current()
+    chief = engine.is_chief()
+    data = engine.shard(data)
+    if hasattr(validation_data, "shard"):
+        validation_data = engine.held_out(validation_data)
     verbose = verbose if chief else 0
     all_callbacks = [EpochSync(data), keras.callbacks.TerminateOnNaN(), *callbacks]
     initial_epoch = 0
@@ -398,7 +386,7 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
             os.makedirs(run_dir, exist_ok=True)
             mark_directory(run_dir, RUN_KIND, [BACKUP_DIR, LOG_FILE])
         checkpoint = EpochCheckpoint(os.path.join(run_dir, BACKUP_DIR), settings)
-        initial_epoch = _restore_for_job(checkpoint, model)
+        initial_epoch = engine.restore(checkpoint, model)
         log_path = os.path.join(run_dir, LOG_FILE)
         if initial_epoch and chief:
             _trim_log(log_path, initial_epoch)
@@ -407,16 +395,12 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
         all_callbacks.append(checkpoint)
         if chief:
             all_callbacks.append(keras.callbacks.CSVLogger(log_path, append=initial_epoch > 0))
-    if processes.process_count() > 1 and keras.backend.backend() == "torch":
-        from keras_vit.distribution import torch_processes
-
-        # First: the checkpoint and the log then hold the job's averages.
-        all_callbacks.insert(0, torch_processes.data_parallel(model))
+    # First: the checkpoint and the log then hold the job's numbers.
+    all_callbacks[:0] = engine.prepare(model, data)
     # shuffle=False: the datasets shuffle themselves by (seed, epoch); Keras'
     # own shuffling of batch order draws from Python's global `random`, whose
     # state a checkpoint does not hold.
-    # On TensorFlow workers fit reads each worker's sharded batches through the strategy (`processes.fit_input`).
-    history = model.fit(processes.fit_input(data), validation_data=processes.fit_input(validation_data),
+    history = model.fit(engine.fit_input(data), validation_data=engine.fit_input(validation_data),
                         epochs=epochs, initial_epoch=initial_epoch, callbacks=all_callbacks, shuffle=False,
                         verbose=verbose)
     if not keep_backup and not model.stop_training:
@@ -440,10 +424,9 @@ def save_model(model, path):
 
 
 def _save_model_file(model, path):
-    if not processes.is_chief():
-        if processes.saving_is_collective():
-            with processes.discarded_directory() as scratch:
-                model.save(os.path.join(scratch, os.path.basename(path)))
+    engine = engines.current()
+    if not engine.is_chief():
+        engine.save(model.save, path)  # a copy discarded at once where saving is collective
         return
     check_writable(path)
     directory = os.path.dirname(os.path.abspath(path))

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from keras_vit.data import ImageFolderDataset
-from tests.distribution.jobs import ROOT, assert_same_preset_weights, finish, free_port, kill_worker_then_chief
+from tests.distribution.jobs import (
+    ROOT, assert_same_numbers, assert_same_preset_weights, finish, free_port, kill_worker_then_chief, uneven_folders)
 from tests.finetune.helpers import write_folder
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_processes_worker.py")
@@ -67,8 +68,10 @@ def test_shards_read_every_image_of_a_batch_once(tmp_path):
             assert sorted(r for part in rows for r in part) == list(range(len(order)))  # no row twice, none skipped
             seen.extend(order)
         assert sorted(seen) == list(range(len(paths)))  # every image once per epoch
-    with pytest.raises(ValueError, match="cannot feed 4 processes"):
-        ImageFolderDataset(paths, labels, 8, batch_size=6, shard=(0, 4))  # the last batch has 2 images
+    # A last batch of 2 images over 4 processes: two of them have no row of it, and no row is read twice.
+    last = [ImageFolderDataset(paths, labels, 8, batch_size=6, shard=(index, 4)).rows(2) for index in range(4)]
+    assert sorted(r for first, stop in last for r in range(first, stop)) == [0, 1]
+    assert sum(first == stop for first, stop in last) == 2
 
 
 @pytest.fixture(scope="module")
@@ -91,17 +94,21 @@ def test_two_processes_train_what_one_process_trains(mode, jobs):
     assert not np.allclose(one["losses"][0], one["losses"][1])  # it trained
 
 
-def _finetune_processes(folder, pretrained, output, count, port):
-    """`keras-vit finetune --distribute data` as `count` processes of one JAX job (Keras' environment variables)."""
-    command = [sys.executable, "-m", "keras_vit", "finetune", folder, "--preset", pretrained, "--epochs", "6",
-               "--batch-size", "8", "--recipe", "adamw", "--validation-split", "0.25", "--workers", "1",
-               "--output", output, "--distribute", "data"]
+def _finetune_processes(folder, pretrained, output, count, port, arguments=None, devices=2):
+    """`keras-vit finetune --distribute data` as `count` processes of one JAX job (Keras' environment variables).
+
+    One process (`count=1`) runs without the job's variables, on `devices` devices.
+    """
+    arguments = arguments or ["finetune", folder, "--preset", pretrained, "--epochs", "6", "--batch-size", "8",
+                              "--recipe", "adamw", "--validation-split", "0.25", "--workers", "1"]
+    command = [sys.executable, "-m", "keras_vit", *arguments, "--output", output, "--distribute", "data"]
     children = []
     for index in range(count):
         env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
-               "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-               "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}",
-               "KERAS_DISTRIBUTION_NUM_PROCESSES": str(count), "KERAS_DISTRIBUTION_PROCESS_ID": str(index)}
+               "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+        if count > 1:
+            env.update({"KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}",
+                        "KERAS_DISTRIBUTION_NUM_PROCESSES": str(count), "KERAS_DISTRIBUTION_PROCESS_ID": str(index)})
         children.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                          env=env, cwd=ROOT))
     return children
@@ -109,6 +116,45 @@ def _finetune_processes(folder, pretrained, output, count, port):
 
 
 
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
+def test_the_job_prints_and_logs_the_numbers_of_one_process(tmp_path):
+    # 1 process x 4 devices against 2 processes x 2: the same mesh, so the same batches (14 training images
+    # in batches of 8 and 6, cut to 4; 7 held out, cut to 4: JAX splits every batch evenly over the mesh).
+    from tests.finetune.helpers import tiny_backbone_file
+
+    train, held_out = uneven_folders(str(tmp_path))
+    pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
+    arguments = ["finetune", train, "--validation-dir", held_out, "--preset", pretrained, "--epochs", "2",
+                 "--batch-size", "8", "--recipe", "adamw", "--workers", "1", "--no-crop", "--no-flip"]
+    runs = {}
+    for name, count, devices in (("one", 1, 4), ("two", 2, 2)):
+        children = _finetune_processes(None, None, str(tmp_path / name), count, free_port(), arguments, devices)
+        logs = finish(children)
+        assert [child.returncode for child in children] == [0] * count, "\n\n".join(log[-3000:] for log in logs)
+        runs[name] = (logs[0], str(tmp_path / f"{name}.run" / "log.csv"))
+    assert_same_preset_weights(str(tmp_path / "one"), str(tmp_path / "two"))
+    assert_same_numbers(runs["one"], runs["two"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
+def test_a_process_that_never_joins_stops_the_job_with_its_name_and_address(tmp_path):
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
+    # Process 0 of a job of two, started alone (the other host never comes up).
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
+           "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}", "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+           "KERAS_DISTRIBUTION_PROCESS_ID": "0", "KERAS_VIT_JOIN_TIMEOUT": "3"}
+    child = subprocess.Popen([sys.executable, "-m", "keras_vit", "finetune", folder, "--variant", "ViT-Ti/16",
+                              "--image-size", "8", "--epochs", "1", "--distribute", "data"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    (log,) = finish([child])
+    assert child.returncode == 1, log[-4000:]
+    assert f"Process 0 of 2 waited 3 s for process 1 of the job at 127.0.0.1:{port}" in log, log[-4000:]
+    assert "KERAS_VIT_JOIN_TIMEOUT" in log and "Epoch 1/1" not in log, log[-4000:]
 
 
 @pytest.mark.slow  # three 2-process jobs: about 45 s on 2 cores

@@ -123,8 +123,15 @@ def test_train_command_wires_the_distribution(kind, monkeypatch, capsys):
         assert "model" not in record
 
 
-def test_batch_shards_come_from_the_batch_axis():
+@pytest.mark.one_backend("reads the mesh of a stand-in distribution; no device is touched")
+def test_batches_are_cut_to_the_batch_axis_of_the_mesh(monkeypatch):
+    from keras_vit.distribution.engines.jax_processes import JaxProcesses
+    from keras_vit.distribution.engines.one_process import OneProcess
+
     mesh = types.SimpleNamespace(shape=(2, 4), axis_names=("batch", "model"))
-    assert train_command._batch_shards(types.SimpleNamespace(device_mesh=mesh, batch_dim_name="batch")) == 2
-    assert train_command._batch_shards(None) == 1
-    assert train_command._batch_shards(object()) == 1  # a tf.distribute strategy
+    distribution = types.SimpleNamespace(device_mesh=mesh, batch_dim_name="batch")
+    monkeypatch.setattr(keras.distribution, "distribution", lambda: distribution)
+    assert JaxProcesses().batch_multiple() == 2
+    monkeypatch.setattr(keras.distribution, "distribution", lambda: None)
+    assert JaxProcesses().batch_multiple() == 1
+    assert OneProcess().batch_multiple() == 1  # tf.distribute and PyTorch split uneven batches themselves

@@ -1,8 +1,9 @@
 """Two real PyTorch processes under torchrun train what one process trains; a killed worker resumes.
 
 `torchrun --nproc_per_node=2` (gloo, CPU, 127.0.0.1 and a free port) starts
-two processes. Each reads its rows of every global batch and
-`torch_processes.data_parallel` averages the gradients, weighted by rows:
+two processes. Each reads its rows of every global batch and the PyTorch
+engine (`keras_vit.distribution.engines.torch_processes`) averages the
+gradients, weighted by rows:
 losses and final weights must equal one process on the global batch within
 1e-5. Through the command line, `keras-vit finetune --distribute data` is
 killed in a worker (rank 1, not the chief) after its second epoch checkpoint;
@@ -22,7 +23,8 @@ import keras
 import numpy as np
 import pytest
 
-from tests.distribution.jobs import ROOT, TIMEOUT, assert_same_preset_weights, epochs_done, free_port
+from tests.distribution.jobs import (
+    ROOT, TIMEOUT, assert_same_numbers, assert_same_preset_weights, epochs_done, free_port, uneven_folders)
 from tests.finetune.helpers import tiny_backbone_file, write_folder
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_processes_worker.py")
@@ -79,6 +81,41 @@ def test_two_processes_train_what_one_process_trains(tmp_path):
         for name in one.files:
             np.testing.assert_allclose(two[name], one[name], atol=1e-5, rtol=0, err_msg=name)
         assert not np.allclose(one["losses"][0], one["losses"][1])  # it trained
+
+
+def finetune_command(train, held_out, pretrained, output, batch_size, distribute):
+    """`keras-vit finetune` of a tiny backbone on `train`, held out on `held_out`: under torchrun, or one process."""
+    arguments = ["-m", "keras_vit", "finetune", train, "--validation-dir", held_out, "--preset", pretrained,
+                 "--epochs", "2", "--batch-size", str(batch_size), "--recipe", "adamw", "--workers", "1",
+                 "--no-crop", "--no-flip", "--output", output]
+    return torchrun([*arguments, "--distribute", "data"]) if distribute else [sys.executable, *arguments]
+
+
+def _one_and_two_processes(tmp_path, batch_size, **folders):
+    train, held_out = uneven_folders(str(tmp_path), **folders)
+    pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
+    runs = {}
+    for name, distribute in (("one", False), ("two", True)):
+        output = str(tmp_path / name)
+        log = run(finetune_command(train, held_out, pretrained, output, batch_size, distribute))
+        runs[name] = (log, output + ".run/log.csv")
+    assert_same_preset_weights(str(tmp_path / "one"), str(tmp_path / "two"))
+    return runs
+
+
+def test_the_job_prints_and_logs_the_numbers_of_one_process(tmp_path):
+    # 14 training images in batches of 5, 5, 4 and 7 held-out ones in batches of 5 and 2: the processes
+    # read 2 and 3 rows of a batch of 5. The held-out numbers must be those of all 7 images, weighted by
+    # held-out rows, on every process (not process 0's half, not weighted by training rows).
+    runs = _one_and_two_processes(tmp_path, batch_size=5)
+    assert_same_numbers(runs["one"], runs["two"])
+
+
+def test_last_batches_of_one_image_train_on_two_processes(tmp_path):
+    # 12 training and 12 held-out images in batches of 11 and 1: the last batch has fewer images than
+    # there are processes, so one process has no row of it.
+    runs = _one_and_two_processes(tmp_path, batch_size=11, train_per_class=6, held_out_per_class=(6, 6))
+    assert_same_numbers(runs["one"], runs["two"])
 
 
 def _workers(torchrun_pid):
@@ -152,3 +189,24 @@ def test_every_process_checks_the_output_before_training(tmp_path):
         stop(child)
     assert child.returncode != 0, log[-4000:]
     assert log.count("does not exist. Create it first") == 2 and "Epoch 1/1" not in log, log[-4000:]
+
+
+@pytest.mark.parametrize("rank, missing", [(0, 1), (1, 0)])
+def test_a_process_that_never_joins_stops_the_job_with_its_name_and_address(tmp_path, rank, missing):
+    # One process of a job of two, started alone (the other host never comes up): it must stop after
+    # KERAS_VIT_JOIN_TIMEOUT seconds, saying which process is missing and where it waited.
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
+    pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
+    port = free_port()
+    env = {**environment(), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "KERAS_VIT_JOIN_TIMEOUT": "3"}
+    child = subprocess.Popen([sys.executable, "-m", "keras_vit", "finetune", folder, "--preset", pretrained,
+                              "--epochs", "1", "--distribute", "data"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT, start_new_session=True)
+    try:
+        log = child.communicate(timeout=TIMEOUT)[0]
+    finally:
+        stop(child)
+    assert child.returncode == 1, log[-4000:]
+    assert f"Process {rank} of 2 waited 3 s for process {missing} of the job at 127.0.0.1:{port}" in log, log[-4000:]
+    assert "KERAS_VIT_JOIN_TIMEOUT" in log and "Epoch 1/1" not in log, log[-4000:]

@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import keras_vit  # noqa: E402
+from keras_vit.distribution import engines  # noqa: E402
 
 rng = np.random.default_rng(0)
 images = rng.uniform(0, 255, (32, 8, 8, 3)).astype("float32")
@@ -62,7 +63,9 @@ for run, make_optimizer in RUNS.items():
             "ViT-Ti/16", image_size=8, patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32,
             num_classes=2, dropout=0.0)
         model.compile(optimizer=make_optimizer(), loss="sparse_categorical_crossentropy")
-        history = model.fit(dataset, epochs=2, verbose=0)
+        # The TensorFlow engine applies the workarounds Keras' trainer needs across workers.
+        callbacks = engines.current().prepare(model)
+        history = model.fit(dataset, epochs=2, verbose=0, callbacks=callbacks)
     results[f"{run}/losses"] = np.asarray(history.history["loss"])
     results.update({f"{run}/{w.path}": np.asarray(w.value) for w in model.weights})
     print(f"worker {INDEX} of {COUNT}, {run}: losses {history.history['loss']}", flush=True)

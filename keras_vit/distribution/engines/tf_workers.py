@@ -1,4 +1,4 @@
-"""TensorFlow jobs of several worker processes: `MultiWorkerMirroredStrategy` and `TF_CONFIG`.
+"""The engine of a TensorFlow job: workers of a `MultiWorkerMirroredStrategy`, described by `TF_CONFIG`.
 
 Each worker of the job is one process (one per host) started with the same
 command and its own `TF_CONFIG`, the JSON that names every worker's
@@ -8,16 +8,22 @@ command and its own `TF_CONFIG`, the JSON that names every worker's
 
 `strategy()` creates the job's `tf.distribute.MultiWorkerMirroredStrategy`,
 which TensorFlow accepts only before any other TensorFlow operation of the
-process. `job()` tells which worker this is (`keras_vit.distribution.processes`
-asks it), `barrier()` and `broadcast_json()` pass through the strategy's
-collectives, and `worker_batches()` feeds each worker its own rows of every
-global batch.
+process. The engine (`TensorFlowWorkers`) passes barriers and broadcasts
+through the strategy's collectives, feeds each worker its own rows of every
+global batch (`worker_batches`), and applies the two workarounds Keras'
+TensorFlow trainer needs under this strategy (`prepare`, with the code in
+`keras_vit/integrations/tf_trainer.py`). Saving is collective: every worker
+saves, and only worker 0's file is kept. The strategy sums the gradients
+across workers every step; `keras_vit.optimizers` clip and accumulate that
+sum (`keras_vit/integrations/tf_optimizers.py`).
 """
 
 import json
 import os
 
 import keras
+
+from keras_vit.distribution.engines.base import Engine
 
 # The job's strategy, made once per process: TensorFlow allows one collective setup per process.
 _STRATEGY = None
@@ -155,7 +161,7 @@ def worker_batches(data, current=None):
     """`data` (a sharded `keras.utils.PyDataset`) as the job's distributed dataset for `fit` and `evaluate`.
 
     `data` gives this worker's rows of every global batch
-    (`shard=(index, count)`, as `processes.shard_for_processes` sets it).
+    (`shard=(index, count)`, as `TensorFlowWorkers.shard` sets it).
     Passed to `fit` as it is, Keras would turn it into a `tf.data` pipeline
     that the strategy then splits again by data (taking part of this
     worker's part); and left unsharded, every worker would read every image
@@ -198,3 +204,93 @@ def worker_batches(data, current=None):
         return dataset.apply(tf.data.experimental.assert_cardinality(len(data))).prefetch(1)
 
     return current.distribute_datasets_from_function(dataset)
+
+
+def _wrap_for_workers(model, strategy):
+    """Apply the two workarounds Keras 3's TensorFlow trainer needs across workers to `model` (once).
+
+    Keras offers no supported hook for either: the build from the first
+    batch is the trainer's private `_maybe_symbolic_build`, and the
+    reduction of what a step returns is inside its `make_train_function`. A
+    subclass override would put TensorFlow's distribution into every model
+    class (and leave other Keras models out), so the engine wraps the two
+    methods on the one model it trains, and only under a strategy of
+    several workers:
+
+    - the build before the first step gets one replica's tensors of the
+      first batch (`tf_trainer.local_batch`) instead of a cross-worker
+      reduce that fails eagerly (Keras issue 20585);
+    - `train_step` and `test_step` return their scalars as vectors of one
+      value, which the trainer's cross-worker mean along axis 0 accepts
+      (`tf_trainer.reducible_logs`; TensorFlow issue 72388).
+    """
+    from keras_vit.integrations.tf_trainer import local_batch, reducible_logs
+
+    if getattr(model, "_keras_vit_workers", None) is strategy:
+        return
+    build = getattr(model, "_maybe_symbolic_build", None)
+    train_step, test_step = model.train_step, model.test_step
+
+    if build is not None:
+        def build_from_one_replica(iterator=None, data_batch=None):
+            if iterator is not None and data_batch is None:
+                batch = local_batch(strategy, iterator)
+                if batch is not None:
+                    return build(data_batch=batch)
+            return build(iterator=iterator, data_batch=data_batch)
+
+        model._maybe_symbolic_build = build_from_one_replica
+    model.train_step = lambda *args, **kwargs: reducible_logs(train_step(*args, **kwargs))
+    model.test_step = lambda *args, **kwargs: reducible_logs(test_step(*args, **kwargs))
+    model._keras_vit_workers = strategy
+
+
+class TensorFlowWorkers(Engine):
+    """The workers of a `MultiWorkerMirroredStrategy` (`TF_CONFIG`), one replica each."""
+
+    name = "TensorFlow workers (MultiWorkerMirroredStrategy)"
+
+    def _job(self):
+        return job() or (0, 1)
+
+    def process_index(self):
+        return self._job()[0]
+
+    def process_count(self):
+        return self._job()[1]
+
+    def barrier(self, name="keras_vit"):
+        if self.process_count() > 1:
+            barrier()
+
+    def broadcast_json(self, value):
+        return value if self.process_count() == 1 else broadcast_json(value, self.is_chief())
+
+    def fit_input(self, dataset):
+        # A sharded dataset handed to `fit` as it is would be split by the strategy once more.
+        if getattr(dataset, "shard", None) is None or current_strategy() is None:
+            return dataset
+        return worker_batches(dataset)
+
+    def scope(self):
+        current = current_strategy()
+        return super().scope() if current is None else current.scope()
+
+    def prepare(self, model, train=None):
+        current = current_strategy()
+        if current is not None:
+            _wrap_for_workers(model, current)
+        return []
+
+    def evaluate(self, model, dataset):
+        current = current_strategy()
+        if current is not None:
+            _wrap_for_workers(model, current)
+        return super().evaluate(model, dataset)
+
+    def saving_is_collective(self):
+        # Inside the strategy's scope Keras' saving creates a variable the first time
+        # (`saving_lib.get_attr_skipset` builds a reference optimizer), which the strategy makes with a
+        # broadcast from worker 0; saved by worker 0 alone, it is met by the other workers' next
+        # collective instead ("Collective instance ... expected type 0 ... but got type 1").
+        return self.process_count() > 1

@@ -1,0 +1,61 @@
+"""The engine of a job: the one place that knows how the processes of a job work together.
+
+One module per engine, behind one interface (`base.Engine`):
+
+| engine | module | processes |
+|---|---|---|
+| one process | `one_process.OneProcess` | PyTorch or TensorFlow without a job (one device, or `MirroredStrategy` / `TPUStrategy` devices) |
+| JAX | `jax_processes.JaxProcesses` | `jax.distributed` processes under one `keras.distribution` (also one JAX process) |
+| PyTorch | `torch_processes.TorchProcesses` | one process per device under `torchrun` |
+| TensorFlow | `tf_workers.TensorFlowWorkers` | the workers of a `MultiWorkerMirroredStrategy` (`TF_CONFIG`) |
+
+`current()` chooses it from the backend and the job this process joined;
+the workflows ask it everything about the job (index, count, barrier,
+broadcast, sharding, evaluation, saving) and never test the backend.
+"""
+
+import keras
+
+from keras_vit.distribution.engines.base import Engine
+from keras_vit.distribution.engines.joining import DEFAULT_JOIN_TIMEOUT, JOIN_TIMEOUT_VARIABLE, join_timeout
+
+_ENGINES = {}
+
+
+def _engine(kind):
+    if kind not in _ENGINES:
+        if kind == "jax":
+            from keras_vit.distribution.engines.jax_processes import JaxProcesses as kind_class
+        elif kind == "torch":
+            from keras_vit.distribution.engines.torch_processes import TorchProcesses as kind_class
+        elif kind == "tensorflow":
+            from keras_vit.distribution.engines.tf_workers import TensorFlowWorkers as kind_class
+        else:
+            from keras_vit.distribution.engines.one_process import OneProcess as kind_class
+        _ENGINES[kind] = kind_class()
+    return _ENGINES[kind]
+
+
+def current():
+    """The engine of the job this process runs in (one instance per kind, made on first use).
+
+    JAX: `JaxProcesses` (one or several processes; it also knows the
+    devices a batch is split over). PyTorch: `TorchProcesses` once the
+    process joined a `torch.distributed` group of several. TensorFlow:
+    `TensorFlowWorkers` under a multi-worker strategy. Otherwise `OneProcess`.
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return _engine("jax")
+    if backend == "torch":
+        from keras_vit.distribution.engines import torch_processes
+
+        return _engine("torch" if torch_processes.running() else "one")
+    if backend == "tensorflow":
+        from keras_vit.distribution.engines import tf_workers
+
+        return _engine("tensorflow" if tf_workers.current_strategy() is not None else "one")
+    return _engine("one")
+
+
+__all__ = ["DEFAULT_JOIN_TIMEOUT", "Engine", "JOIN_TIMEOUT_VARIABLE", "current", "join_timeout"]

@@ -1,0 +1,141 @@
+"""What every engine of a job does, and what one process does: the interface the workflows call.
+
+A job is one or many processes that train one model together. The
+workflows (`keras_vit.workflows`) ask the job's engine, never a backend:
+
+- `process_index()`, `process_count()`, `is_chief()`: which process this is
+  (process 0, the chief, prints and writes for the job);
+- `barrier()`, `broadcast_json(value)`: wait for every process; process 0's
+  JSON value on every process;
+- `shard(dataset)`: this process's rows of every global batch (a copy; the
+  caller's dataset is left as it is);
+- `held_out(dataset)`: what this process evaluates of a held-out set;
+- `fit_input(dataset)`: what `fit` and `evaluate` take for a dataset;
+- `prepare(model)`: what a compiled model needs before `fit` (returns the
+  callbacks to put first);
+- `scope()`: the context to build, compile and fit in;
+- `evaluate(model, dataset)`: the job's numbers on a whole held-out set;
+- `restore(checkpoint, model)`: the epochs a run directory's backup holds;
+- `save(write, path)`: save as the job saves (only process 0's file is kept).
+
+This class is the job of one process; each engine of several processes
+overrides what differs (`engines/jax_processes.py`, `torch_processes.py`,
+`tf_workers.py`).
+"""
+
+import contextlib
+import copy
+import os
+import tempfile
+
+
+class Engine:
+    """The job of one process: process 0 of 1, every dataset whole, `fit` and `evaluate` as Keras has them."""
+
+    name = "one process"
+
+    def process_index(self):
+        """This process's index in the job, `0 <= index < process_count()`."""
+        return 0
+
+    def process_count(self):
+        """The number of processes in the job."""
+        return 1
+
+    def is_chief(self):
+        """True on process 0: the one that prints progress and writes files."""
+        return self.process_index() == 0
+
+    def barrier(self, name="keras_vit"):
+        """Wait until every process of the job reaches this point."""
+
+    def broadcast_json(self, value):
+        """Process 0's `value` (any JSON value) on every process (sent as UTF-8 JSON, never pickled)."""
+        return value
+
+    # === Data ===
+
+    def batch_multiple(self):
+        """Every batch is cut to a multiple of this many rows (the devices a JAX mesh splits a batch over)."""
+        return 1
+
+    def shard(self, dataset):
+        """`dataset` as this process reads it: its rows of every global batch, cut to `batch_multiple()`.
+
+        `ImageFolderDataset` and `ArrayBatches` (`keras_vit.data`) take a
+        `shard=(index, count)`: each process reads only its rows of every
+        batch (no image twice per step, none skipped in an epoch). The
+        result is a copy; `dataset` itself is not changed. Another kind of
+        data is returned as it is when one process reads it all.
+
+        Raises:
+            ValueError: several processes and data that cannot be shared
+                out, or a batch size that `batch_multiple()` does not divide.
+        """
+        multiple, count = self.batch_multiple(), self.process_count()
+        if multiple == 1 and count == 1 or not hasattr(dataset, "batch_multiple"):
+            if count > 1:
+                raise ValueError(
+                    f"{count} processes need data that each process reads a share of: an ImageFolderDataset or "
+                    f"ArrayBatches (keras_vit.data), which take `shard=(index, count)`. "
+                    f"Received: {type(dataset).__name__}")
+            return dataset
+        if dataset.batch_size % multiple:
+            raise ValueError(
+                f"The batch size must be divisible by the {multiple} devices of the mesh's batch axis: JAX splits "
+                f"every batch evenly over them. Received: batch_size={dataset.batch_size}")
+        share = copy.copy(dataset)
+        share.batch_multiple = multiple
+        share.shard = (self.process_index(), count) if count > 1 else None
+        return share
+
+    def held_out(self, dataset):
+        """What this process evaluates of a held-out `dataset` (for `fit`'s validation and `evaluate`)."""
+        return None if dataset is None else self.shard(dataset)
+
+    def fit_input(self, dataset):
+        """What `fit` and `evaluate` take for `dataset` (a result of `shard` or `held_out`)."""
+        return dataset
+
+    # === The model ===
+
+    def scope(self):
+        """The context to build, compile and fit the model in."""
+        return contextlib.nullcontext()
+
+    def prepare(self, model, train=None):
+        """Make a compiled `model` ready to `fit` on `train` (from `shard`); return the callbacks to put first."""
+        return []
+
+    def evaluate(self, model, dataset):
+        """The job's loss and metrics (a dict) of `model` on the whole held-out `dataset`, weighted by its rows.
+
+        `dataset` is the caller's, whole: each engine shares it out itself.
+        """
+        return model.evaluate(self.fit_input(self.held_out(dataset)), verbose=0, return_dict=True)
+
+    # === Files ===
+
+    def restore(self, checkpoint, model):
+        """`checkpoint.restore(model)` for the job: the epochs its backup holds (0 without one)."""
+        return checkpoint.restore(model)
+
+    def saving_is_collective(self):
+        """True when every process takes part in each save (only process 0's file is kept)."""
+        return False
+
+    def save(self, write, path):
+        """Run `write(target)` as the job saves `path`; True on the process whose file is kept.
+
+        Process 0 writes `path`. Where saving is collective
+        (`saving_is_collective()`), every other process writes the same
+        into a temporary directory that is deleted at once; elsewhere the
+        others write nothing.
+        """
+        if self.is_chief():
+            write(path)
+            return True
+        if self.saving_is_collective():
+            with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
+                write(os.path.join(scratch, os.path.basename(os.path.normpath(path)) or "saved"))
+        return False

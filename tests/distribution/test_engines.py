@@ -1,0 +1,96 @@
+"""The engines' interface on its own: sharding leaves the caller's data whole, the join timeout's setting."""
+
+import numpy as np
+import pytest
+
+from keras_vit.data import ArrayBatches
+from keras_vit.distribution import engines
+from keras_vit.distribution.engines import joining
+from keras_vit.distribution.engines.base import Engine
+
+
+class SecondOfThree(Engine):
+    """A stand-in job: this is process 1 of 3 (no collective is called)."""
+
+    def process_index(self):
+        return 1
+
+    def process_count(self):
+        return 3
+
+
+@pytest.mark.one_backend("numpy batches and the engine's bookkeeping; no model")
+def test_shard_returns_this_process_rows_and_leaves_the_callers_data_whole():
+    x, y = np.arange(14)[:, None], np.arange(14)
+    data = ArrayBatches(x, y, batch_size=6, shuffle=False)
+    share = SecondOfThree().shard(data)
+    assert data.shard is None and share is not data
+    assert [len(data[i][0]) for i in range(len(data))] == [6, 6, 2]
+    # Rows [n * 1 // 3, n * 2 // 3) of every global batch of n rows: 2, 2 and (of the last 2) 1.
+    assert [share[i][1].tolist() for i in range(len(share))] == [[2, 3], [8, 9], [12]]
+
+
+@pytest.mark.one_backend("numpy batches and the engine's bookkeeping; no model")
+def test_shard_refuses_data_that_cannot_be_shared_out():
+    with pytest.raises(ValueError, match="3 processes need data that each process reads a share of"):
+        SecondOfThree().shard([np.zeros((4, 8, 8, 3))])
+
+
+@pytest.mark.one_backend("reads an environment variable")
+def test_the_join_timeout_is_the_users_setting():
+    assert joining.join_timeout({}) == joining.DEFAULT_JOIN_TIMEOUT == 60
+    assert joining.join_timeout({"KERAS_VIT_JOIN_TIMEOUT": "2.5"}) == 2.5
+    for bad in ("0", "-1", "soon", "inf", "nan"):
+        with pytest.raises(ValueError, match="KERAS_VIT_JOIN_TIMEOUT must be a positive number of seconds"):
+            joining.join_timeout({"KERAS_VIT_JOIN_TIMEOUT": bad})
+
+
+def test_one_process_is_process_0_of_1_and_saves_alone(tmp_path):
+    engine = engines.current()
+    assert (engine.process_index(), engine.process_count(), engine.is_chief()) == (0, 1, True)
+    written = []
+    assert engine.save(written.append, str(tmp_path / "model.keras")) is True
+    assert written == [str(tmp_path / "model.keras")]
+    assert engine.broadcast_json({"epochs": 3}) == {"epochs": 3}
+
+
+@pytest.mark.one_backend("sockets on 127.0.0.1; no model")
+def test_the_processes_meet_or_the_missing_one_is_named():
+    import threading
+
+    from tests.distribution.jobs import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    errors = []
+
+    def process(index):
+        try:
+            joining.rendezvous(index, 3, address, 30)
+        except TimeoutError as error:  # pragma: no cover - a failure is reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=process, args=(index,)) for index in (2, 0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and not any(thread.is_alive() for thread in threads)
+
+    address = f"127.0.0.1:{free_port()}"
+    with pytest.raises(TimeoutError, match=f"Process 0 of 2 waited 0.5 s for process 1 of the job at {address}"):
+        joining.rendezvous(0, 2, address, 0.5)
+    with pytest.raises(TimeoutError, match=f"Process 1 of 2 waited 0.5 s for process 0 of the job at {address}"):
+        joining.rendezvous(1, 2, address, 0.5)
+
+
+def test_every_training_command_builds_the_optimizer_that_sums_replicas():
+    # `train` and `pretrain` (training.build_optimizer) and `finetune` (its recipes) get keras_vit's optimizers,
+    # which on TensorFlow workers sum the replicas' gradients before clipping; Keras' AdamW clips each part.
+    from keras_vit.workflows.finetuning import build_recipe_optimizer
+    from keras_vit.workflows.optimizers import ReplicaSummedGradients
+    from keras_vit.workflows.training import build_optimizer
+
+    built = [build_optimizer(1e-3, 0.05, 20), build_recipe_optimizer("adamw", 20)[0],
+             build_recipe_optimizer("paper", 20, batch_size=256)[0]]
+    assert all(isinstance(optimizer, ReplicaSummedGradients) for optimizer in built), built
+    assert [type(optimizer).__name__ for optimizer in built] == ["AdamW", "AdamW", "SGD"]
