@@ -20,7 +20,6 @@ from keras_vit.presets import hub
 from keras_vit.presets.keras_vit_format import CONFIG_FILE
 from keras_vit.utils.files import read_json_object
 from keras_vit.presets.registry import PRESETS
-from keras_vit.utils.files import recover_directory
 
 
 def describe_handles():
@@ -33,8 +32,6 @@ def resolve(handle):
     if not isinstance(handle, (str, os.PathLike)):
         raise ValueError(f"A preset handle is {describe_handles()}. Received: {handle!r}")
     handle = os.fspath(handle)
-    if not handle.startswith(("hf://", "kaggle://")):
-        recover_directory(handle)  # a preset save killed between its two renames (no atomic exchange)
     if handle in PRESETS:
         if os.path.exists(handle):
             # A bare name that is both: neither reading may win silently.
