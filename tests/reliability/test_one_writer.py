@@ -307,7 +307,8 @@ def test_a_users_file_in_the_epoch_backup_survives_the_cleanup(tmp_path):
     fit_resumable(model, data, 2, run_dir=str(run_dir), verbose=0, keep_backup=True)  # resumes, swaps backup/
     finish_run(str(run_dir))
     assert (run_dir / "backup" / "notes.txt").read_text() == "why epoch 1 looked odd"
-    assert sorted(os.listdir(run_dir / "backup")) == ["notes.txt"]
+    # The marker stays with the user's file, so a later run still knows backup/ as its own.
+    assert sorted(os.listdir(run_dir / "backup")) == [".keras_vit.json", "notes.txt"]
 
 
 # === Links out of a directory ===
