@@ -48,7 +48,7 @@ def save_figure(figure, path, name=None):
         The path written.
     """
     destination = path if isinstance(path, Destination) else claim(path, "file")
-    destination.write_figure(name, figure)
+    destination.save_figure(name, figure)
     return destination.path if name is None else os.path.join(destination.path, name)
 
 

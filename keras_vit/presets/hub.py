@@ -27,7 +27,6 @@ import hashlib
 import os
 import re
 import socket
-import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -270,11 +269,10 @@ def _translate_error(error, repo_id, filename, revision, offline=False):
 def _writable_problem(root):
     """`None` if files can be created under `root` (made if missing), else the OS's reason."""
     try:
-        from keras_vit.utils.files import make_directory
+        from keras_vit.utils.files import make_directory, probe_writable
 
         make_directory(root)
-        # os.access says yes to root on a read-only mount; a real file settles it.
-        tempfile.TemporaryFile(dir=root).close()
+        probe_writable(root)
     except OSError as error:
         return f"{type(error).__name__}: {error.strerror or error}"
     return None

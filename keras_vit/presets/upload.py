@@ -195,7 +195,7 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
     if not os.path.lexists(card):
         # Recorded with its digest: a later save_to_preset may replace this card while it is as written,
         # never once the user has edited it.
-        claim(directory, PRESET_KIND, names=[CARD_FILE], argument="directory").write_text(
+        claim(directory, PRESET_KIND, names=[CARD_FILE], argument="directory").save_text(
             CARD_FILE, model_card(model, document, metadata, repo_id, license=license))
     api = _hub_api(token)
     try:

@@ -402,7 +402,7 @@ class Destination:
 
     Made by `claim`. Write with `file()` / `staged()` (one file), `directory()`
     (a directory replaced in one step), or `file(name)` / `staged(name=)` /
-    `write_json` / `write_figure` (names into a directory); `remove(name)`
+    `save_text` / `save_json` / `save_figure` (names into a directory); `remove(name)`
     deletes an entry only while it holds what keras_vit wrote.
     """
 
@@ -473,15 +473,15 @@ class Destination:
             yield temporary
         self._record(name)
 
-    def write_json(self, name, value, **options):
+    def save_json(self, name, value, **options):
         with self.file(name, "w") as file:
             json.dump(value, file, **options)
 
-    def write_text(self, name, text):
+    def save_text(self, name, text):
         with self.file(name, "w") as file:
             file.write(text)
 
-    def write_figure(self, name, figure):
+    def save_figure(self, name, figure):
         """A matplotlib figure as PNG, at its own size."""
         with self.file(name, "wb") as file:
             figure.savefig(file, format="png", dpi=figure.dpi)
@@ -643,6 +643,14 @@ def write_json_file(path, value, **options):
 def make_directory(path):
     """A new directory (with its parents), mode from the umask."""
     os.makedirs(path, exist_ok=True)
+
+
+def probe_writable(directory):
+    """Create and delete a nameless file in `directory`: raises `OSError` where files cannot be made.
+
+    `os.access` says yes to root on a read-only mount; a real file settles it.
+    """
+    tempfile.TemporaryFile(dir=directory).close()
 
 
 def remove_damaged_download(path, cache_root):

@@ -339,7 +339,7 @@ def _trim_log(run_dir, epochs_done):
     with open(path) as file:
         rows = file.read().splitlines()
     kept = rows[:1] + [row for row in rows[1:] if row and int(row.split(",", 1)[0]) < epochs_done]
-    claim(run_dir, RUN_KIND, names=[LOG_FILE]).write_text(LOG_FILE, "".join(row + "\n" for row in kept))
+    claim(run_dir, RUN_KIND, names=[LOG_FILE]).save_text(LOG_FILE, "".join(row + "\n" for row in kept))
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -371,7 +371,7 @@ class EpochLog(keras.callbacks.Callback):
             self.rows.append(",".join(["epoch", *keys]))
         keys = self.rows[0].split(",")[1:]
         self.rows.append(",".join([str(epoch), *(str(logs.get(key, "NA")) for key in keys)]))
-        self.destination.write_text(LOG_FILE, "".join(row + "\n" for row in self.rows))
+        self.destination.save_text(LOG_FILE, "".join(row + "\n" for row in self.rows))
 
 
 def qkv_layouts(model):
