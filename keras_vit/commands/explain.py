@@ -41,10 +41,12 @@ def _output_names(paths):
 def _claim_out(args):
     """The output directory, claimed before any work: never over an input, nor over a file of the user's."""
     from keras_vit.commands import UsageError
-    from keras_vit.utils.files import claim, quote
+    from keras_vit.utils.files import check_writable, claim, quote
 
     if os.path.exists(args.out) and not os.access(args.out, os.W_OK):
         raise UsageError(f"--out {quote(args.out)} is not writable.")
+    if not os.path.lexists(args.out):
+        check_writable(args.out, "out")  # its parent must exist and be writable
     source = args.model if args.model is not None else args.preset
     inputs = {"image": list(args.images), "model": source if os.path.exists(source) else None}
     return claim(args.out, "figures", inputs=inputs, names=_output_names(args.images), argument="out")
