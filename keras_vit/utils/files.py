@@ -151,11 +151,6 @@ def _job_role():
     return False, processes.saving_is_collective()
 
 
-def is_writer():
-    """True on the process that writes the job's files (process 0; the only one alone)."""
-    return _job_role()[0]
-
-
 # === Ownership ===
 
 
