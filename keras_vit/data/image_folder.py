@@ -34,6 +34,7 @@ import numpy as np
 
 from keras_vit.data.augment import AugmentPolicy, random_resized_crop
 from keras_vit.data.images import DEFAULT_MAX_PIXELS, ImageFileError, center_crop, open_image, read_image
+from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.files import quote
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -76,6 +77,82 @@ def _check_class_link(directory, class_dir):
             f"{quote(directory)}: its images would be read again under the label {os.path.basename(class_dir)!r}. "
             "Remove the link, or copy the images it should hold into a real folder."
         )
+
+
+def _image_files(directory):
+    """Every image file a class-per-subfolder folder lists (as `index_image_folder` walks it), unchecked."""
+    for name in sorted(os.listdir(directory)):
+        class_dir = os.path.join(directory, name)
+        if name.startswith(".") or not os.path.isdir(class_dir):
+            continue
+        for root, dirs, files in os.walk(class_dir):
+            dirs.sort()
+            for file in sorted(files):
+                if not file.startswith(".") and file.lower().endswith(IMAGE_EXTENSIONS):
+                    yield os.path.join(root, file)
+
+
+def _file_identity(path):
+    """`(device, inode)` of the file `path` names (through links); `None` if it cannot be read."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def check_held_out(data_dir, held_out_dir, argument):
+    """Refuse a held-out folder that is not held out from the training folder `data_dir`.
+
+    Held-out accuracy measured on training images says nothing about new
+    images. Refused, after resolving links and `..`: a held-out folder that
+    is the training folder, lies inside it or contains it, or lists an image
+    file that the training folder lists too: the same file through a
+    symbolic link, a hard link, or a class folder that links into the
+    training folder (compared by device and inode, one `stat` per file).
+    Byte-identical copies are not looked for: that would read every image of
+    both folders before training (150 GB for ImageNet), and near-duplicates
+    (re-encoded, resized) would still pass.
+
+    Args:
+        data_dir: str. The training folder.
+        held_out_dir: str or `None`. The validation or test folder; `None`
+            passes.
+        argument: str. The argument naming `held_out_dir`
+            (`"validation_dir"`, `"test_dir"`), named in the error.
+
+    Raises:
+        ArgumentError: naming `argument`, the relation and the fix.
+    """
+    if held_out_dir is None:
+        return
+    fix = ("Give a folder of other images, or leave {name} out to hold out a split of the training folder "
+           "instead.")
+    training, held_out = os.path.realpath(os.fspath(data_dir)), os.path.realpath(os.fspath(held_out_dir))
+    relation = None
+    if training == held_out:
+        relation = "is"
+    elif held_out.startswith(training.rstrip(os.sep) + os.sep):
+        relation = "lies inside"
+    elif training.startswith(held_out.rstrip(os.sep) + os.sep):
+        relation = "contains"
+    if relation is not None:
+        raise ArgumentError(
+            f"{{name}} {quote(held_out_dir)} {relation} the training folder {quote(data_dir)} (links and '..' "
+            f"resolved): its accuracy would be measured on training images. {fix}", argument)
+    trained = {}
+    for path in _image_files(data_dir):
+        identity = _file_identity(path)
+        if identity is not None:
+            trained.setdefault(identity, path)
+    shared = [(path, trained[identity]) for path in _image_files(held_out_dir)
+              if (identity := _file_identity(path)) is not None and identity in trained]
+    if shared:
+        example, original = shared[0]
+        raise ArgumentError(
+            f"{{name}} {quote(held_out_dir)} shares {len(shared)} image file(s) with the training folder "
+            f"{quote(data_dir)} (links to the same file), e.g. {quote(example)} is {quote(original)}: their "
+            f"accuracy would be measured on training images. {fix}", argument)
 
 
 def index_image_folder(directory, class_names=None, on_bad_file="error", max_pixels=DEFAULT_MAX_PIXELS):

@@ -13,9 +13,12 @@ exactly the pixels it was evaluated on:
   refused with a message naming the file and the fix; so is a truncated file;
 - turn the image upright by its EXIF orientation (phone photos);
 - composite transparency over white (as a browser shows it), then convert to
-  RGB or grayscale (the first frame of an animated GIF);
+  RGB or grayscale (the first frame of an animated GIF); 16-bit and float
+  pixels become [0, 255] levels by a stated rule, pixels without one (32-bit
+  integers, out-of-range floats, LAB) are refused (`read_image`);
 - resize the shorter side to the model's size and crop the centre
-  (`center_crop`), bicubic, as the ViT checkpoints' own evaluation does.
+  (`center_crop`, its box from integers so it never leaves the image),
+  bicubic, as the ViT checkpoints' own evaluation does.
 """
 
 import os
@@ -105,11 +108,72 @@ def open_image(path, max_pixels=DEFAULT_MAX_PIXELS):
     return image
 
 
+# Pillow modes of 8 bits per sample, converted to RGB or luminance by Pillow itself: bilevel,
+# gray, palette, RGB, CMYK (the plain formula, R = (255 - C) * (255 - K) / 255, without an ICC
+# profile, as for RGB), YCbCr (JPEG's formula), and the same with transparency. Pillow decodes
+# 16-bit colour PNGs to RGB / RGBA by each sample's high byte (within one level of value / 257).
+_EIGHT_BIT_MODES = frozenset({"1", "L", "P", "RGB", "RGBX", "CMYK", "YCbCr"})
+_ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
+# Pillow widens 16-bit grayscale to mode I (32-bit integers) for these formats, scaled to
+# [0, 65535] (a PGM's maxval of 4095 reads as 0-65535); older Pillows did so for PNG too.
+_SIXTEEN_BIT_AS_I = frozenset({"PNG", "PPM"})
+
+
+def _refuse_pixels(path, image_format, mode, what, fix):
+    raise ImageFileError(f"{quote(os.fspath(path))} ({image_format or 'image'}, Pillow mode {mode}) {what}. {fix}")
+
+
+def _high_depth_gray(image, path, image_format):
+    """A 16-bit, 32-bit integer or float grayscale image as [0, 255] gray levels (the rule below)."""
+    mode = image.mode
+    values = np.asarray(image).astype("float64")
+    if mode.startswith("I;16"):
+        white = 65535.0  # 16-bit samples: white is 65535, so value * 255 / 65535 (= value / 257)
+    elif mode == "I":
+        # 32-bit integers have no agreed white level (a TIFF of counts, depths or labels); the one
+        # known case is 16-bit data Pillow widened, which is scaled like I;16. Anything else would be
+        # a guess that silently turns a [0, 255] or a [0, 4095] image black: refused.
+        if image_format not in _SIXTEEN_BIT_AS_I or values.min() < 0 or values.max() > 65535:
+            _refuse_pixels(path, image_format, mode, f"holds 32-bit integer pixels (from {values.min():g} to "
+                           f"{values.max():g}) with no agreed white level",
+                           "Save it as an 8-bit image (0-255) or a 16-bit PNG (0-65535 for black to white), "
+                           "or pass its pixels to the model as a [0, 255] array")
+        white = 65535.0
+    else:  # "F": 32-bit floats, from float TIFFs and PFM files
+        low, high = (values.min(), values.max()) if np.isfinite(values).all() else (np.nan, np.nan)
+        # [0, 1] is the float convention of image libraries (scikit-image, TIFFs from scientific
+        # pipelines): scaled to [0, 255]; values already in [0, 255] are kept. An image whose
+        # brightest pixel is at most 1 is read as [0, 1] data.
+        if 0.0 <= low and high <= 1.0:
+            white = 1.0
+        elif 0.0 <= low and high <= 255.0:
+            white = 255.0
+        else:
+            _refuse_pixels(path, image_format, mode, f"holds float pixels from {low:g} to {high:g}, neither in "
+                           "[0, 1] nor in [0, 255]", "Rescale them to [0, 1] or [0, 255] and save it again, or "
+                           "pass them to the model as a [0, 255] array")
+    gray = np.rint(values * (255.0 / white))
+    transparent = image.info.get("transparency")
+    if isinstance(transparent, int):  # a 16-bit PNG's tRNS gray level: those pixels are transparent
+        gray[np.asarray(image) == transparent] = 255.0  # over white, as for every other mode
+    return gray
+
+
 def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
     """Decode an image file to a float32 `(height, width, num_channels)` array of [0, 255] pixels.
 
     Upright by its EXIF orientation, transparency composited over white,
-    converted to RGB (`num_channels=3`) or luminance (`1`).
+    converted to RGB (`num_channels=3`) or luminance (`1`). Every pixel
+    format becomes the 8-bit levels a viewer shows, or is refused:
+
+    - 8-bit modes (1, L, P, RGB, CMYK, YCbCr and their transparent forms):
+      Pillow's conversion; 16-bit colour PNGs are read by their high byte.
+    - 16-bit grayscale (I;16, I;16B, I;16L; 16-bit PNG and TIFF, PGM):
+      `value / 257` rounded, so 65535 is white.
+    - 32-bit integers (mode I, e.g. a TIFF): no agreed white level, refused.
+    - floats (mode F: float TIFF, PFM): `[0, 1]` scaled to `[0, 255]`,
+      `[0, 255]` kept (rounded), anything else (or NaN) refused.
+    - other modes (LAB, HSV, ...): refused, naming the mode.
 
     Args:
         path: str or path-like. An image file.
@@ -129,12 +193,24 @@ def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
         raise ValueError(f"`num_channels` must be 1 or 3 to read image files. Received: num_channels={num_channels!r}")
     with open_image(path, max_pixels) as image, warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size was checked on open
+        image_format = image.format  # the transposed copy below forgets it
+        if image.mode not in _EIGHT_BIT_MODES | _ALPHA_MODES and not image.mode.startswith("I;16") \
+                and image.mode not in ("I", "F"):
+            _refuse_pixels(path, image_format, image.mode, "has a pixel format keras_vit does not read",
+                           "Convert it to RGB (8 or 16 bits) or grayscale with an image editor and save it as PNG")
         try:
             image = ImageOps.exif_transpose(image)
-            if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-                rgba = image.convert("RGBA")
-                image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
-            array = np.asarray(image.convert(mode), dtype="float32")
+            if image.mode.startswith("I") or image.mode == "F":
+                gray = _high_depth_gray(image, path, image_format)
+                array = gray if num_channels == 1 else np.repeat(gray[..., None], 3, axis=-1)
+                array = array.astype("float32")
+            else:
+                if image.mode in _ALPHA_MODES or "transparency" in image.info:
+                    rgba = image.convert("RGBA")
+                    image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+                array = np.asarray(image.convert(mode), dtype="float32")
+        except ImageFileError:
+            raise
         except (OSError, SyntaxError, ValueError) as error:
             raise ImageFileError(
                 f"{quote(os.fspath(path))} is truncated or corrupt ({error}); copy or download it again."
@@ -151,12 +227,44 @@ def resize_region(image, box, size):
     """Crop `box` (left, top, right, bottom; fractional allowed) of `image` and resize it to `size`, bicubic.
 
     The one resampling of the image path: `center_crop` and the training
-    crops of `keras_vit.data.augment` both use it.
+    crops of `keras_vit.data.augment` both use it. A box a rounding error
+    outside the image (Pillow refuses any) is clamped to its edges.
     """
     height, width = size
+    left, top, right, bottom = (float(v) for v in box)
+    box = (min(max(left, 0.0), image.shape[1]), min(max(top, 0.0), image.shape[0]),
+           min(max(right, 0.0), image.shape[1]), min(max(bottom, 0.0), image.shape[0]))
     resized = _to_pil(image).resize((width, height), _pil().BICUBIC, box=box)
     array = np.asarray(resized, dtype="float32")
     return array[..., None] if image.shape[-1] == 1 else array
+
+
+def center_crop_box(height, width, out_h, out_w):
+    """The largest centred region of a `height x width` image with the aspect ratio of `out_h x out_w`.
+
+    Computed from integers: each coordinate is one exact fraction rounded
+    once to the nearest float (Python's `int / int`), so it never leaves
+    `[0, width] x [0, height]` (Pillow refuses a box that does). A float
+    formula (`out_h * (height / out_h)`) missed `height` by a rounding
+    error for some sizes, e.g. a top of -1.4e-14 for 232 x 309 at 224.
+
+    Args:
+        height: int. The image's height.
+        width: int. The image's width.
+        out_h: int. The output's height.
+        out_w: int. The output's width.
+
+    Returns:
+        A tuple of floats `(left, top, right, bottom)`, Pillow's box.
+    """
+    height, width, out_h, out_w = int(height), int(width), int(out_h), int(out_w)
+    if height * out_w <= width * out_h:
+        # The full height; the crop is `height * out_w / out_h` wide, centred: left = (width - that) / 2.
+        return ((width * out_h - height * out_w) / (2 * out_h), 0.0,
+                (width * out_h + height * out_w) / (2 * out_h), float(height))
+    # The full width; the crop is `width * out_h / out_w` high, centred.
+    return (0.0, (height * out_w - width * out_h) / (2 * out_w),
+            float(width), (height * out_w + width * out_h) / (2 * out_w))
 
 
 def center_crop(image, size):
@@ -174,11 +282,7 @@ def center_crop(image, size):
     height, width = image.shape[:2]
     if (height, width) == (out_h, out_w):
         return np.asarray(image, dtype="float32")
-    # The largest centred region with the output's aspect ratio.
-    scale = min(height / out_h, width / out_w)
-    crop_h, crop_w = out_h * scale, out_w * scale
-    top, left = (height - crop_h) / 2, (width - crop_w) / 2
-    return resize_region(image, (left, top, left + crop_w, top + crop_h), (out_h, out_w))
+    return resize_region(image, center_crop_box(height, width, out_h, out_w), (out_h, out_w))
 
 
 def load_image(path, image_size, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):

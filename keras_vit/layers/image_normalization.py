@@ -63,12 +63,17 @@ class ImageNormalization(keras.layers.Layer):
         check_image_shape(shape, (1, 1), self.num_channels, layer_name="The model")
         size = tuple(shape[1:3])
         if self.image_size is not None and None not in size and size != self.image_size:
+            height, width = self.image_size
+            # Name the package's own transform first: `keras-vit predict`, the image folders and
+            # `model.predict` on numpy batches all use it, so the pixels match what was evaluated.
             raise ValueError(
                 f"The model was built for images of size {self.image_size} "
-                f"(height, width) but received {size}. Resize the images, for "
-                "example with `keras.layers.Resizing`, or build the model with "
-                f"`image_size={size}` (from_preset(..., image_size=...) resamples "
-                "the position embedding of a pretrained model)."
+                f"(height, width) but received {size}. Resize them with "
+                f"`keras_vit.data.resize_images(images, ({height}, {width}))` (shorter side to the "
+                "size, centre crop, bicubic: what `model.predict` does to numpy batches itself), "
+                f"inside a graph with `keras.layers.Resizing({height}, {width}, crop_to_aspect_ratio=True)`, "
+                f"or build the model with `image_size={size}` (from_preset(..., image_size=...) "
+                "resamples the position embedding of a pretrained model)."
             )
 
     def build(self, input_shape):

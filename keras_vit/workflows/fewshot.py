@@ -20,12 +20,12 @@ The solve runs in float64 numpy: the system is at most a few thousand wide,
 and double precision keeps the weights independent of the backend.
 """
 
-import warnings
-
 import keras
 import numpy as np
 
 from keras_vit.utils.errors import ArgumentError
+from keras_vit.utils.files import quote
+from keras_vit.workflows import notices
 
 BIAS_CONSTANT = 100.0
 DEFAULT_L2_REG = 2.0**10
@@ -231,8 +231,9 @@ def fewshot_evaluate_folder(model, data_dir, test_dir=None, test_split=0.2, shot
     Returns:
         `(results, class_names)`.
     """
-    from keras_vit.data.image_folder import read_image_folder, stratified_split
+    from keras_vit.data.image_folder import check_held_out, read_image_folder, stratified_split
 
+    check_held_out(data_dir, test_dir, "test_dir")  # before any image is decoded
     backbone = getattr(model, "backbone", model)
     size, channels = tuple(backbone.image_size), backbone.num_channels
     images, labels, class_names = read_image_folder(data_dir, size, channels, on_bad_file=on_bad_file)
@@ -247,8 +248,11 @@ def fewshot_evaluate_folder(model, data_dir, test_dir=None, test_split=0.2, shot
         shots = shots_the_pool_supports(DEFAULT_SHOTS, pool_labels, len(class_names))
         left_out = [k for k in DEFAULT_SHOTS if k not in shots]
         if left_out:
-            warnings.warn(f"Not evaluated: {', '.join(f'{k}-shot' for k in left_out)}; the smallest class of "
-                          f"{data_dir} has fewer images than that in the shot pool.", UserWarning, stacklevel=2)
+            counts = np.bincount(np.asarray(pool_labels, dtype="int64"), minlength=len(class_names))
+            smallest = int(np.argmin(counts))
+            notices.warn(f"Not evaluated: {', '.join(f'{k}-shot' for k in left_out)}. The smallest class of "
+                         f"{quote(data_dir)}, {class_names[smallest]!r}, has {counts[smallest]} image(s) in the shot "
+                         f"pool; add images to it for those shots.")
         if not shots:
             raise ArgumentError(f"{data_dir}: a class has no image in the shot pool; add images to every class.")
     check_shots(shots, pool_labels, len(class_names), class_names)

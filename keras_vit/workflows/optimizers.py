@@ -133,3 +133,44 @@ class AdamW(ReplicaSummedGradients, keras.optimizers.AdamW):
 
     def _can_fuse(self, grads, trainable_variables):
         return not self.amsgrad and fused.has_fused_adam(trainable_variables, grads)
+
+
+def warmup_cosine_schedule(peak, warmup_updates, total_updates, batches_per_update=1):
+    """Linear warm-up then cosine decay, in which every optimizer update has a non-zero learning rate.
+
+    Update `u` (counted from 0) runs at `peak * (u + 1) / warmup_updates`
+    during the warm-up (its last update at `peak`), then at
+    `peak * (1 + cos(pi * (u + 1 - warmup_updates) / (total_updates - warmup_updates + 1))) / 2`,
+    which stays above zero up to the last update. A warm-up from 0 at update
+    0, as Keras' `CosineDecay(0.0, ...)` gives, would spend the first update
+    on nothing: on a small folder that is one update of ten.
+
+    Keras evaluates a schedule at the batch count, not the update count
+    (with `gradient_accumulation_steps=k`, update `u` is applied at batch
+    `k * (u + 1) - 1`), so the schedule is laid out in batches: it takes
+    the values above at the batches that apply an update.
+
+    Args:
+        peak: float. Learning rate at the end of the warm-up.
+        warmup_updates: int. Updates of the warm-up (at least 1).
+        total_updates: int. Updates of the whole run.
+        batches_per_update: int. Batches accumulated per update. Defaults
+            to `1`.
+
+    Returns:
+        A `keras.optimizers.schedules.CosineDecay` (Keras' own, so a
+        `.keras` file holding the optimizer loads without keras_vit).
+    """
+    warmup_updates = max(1, int(warmup_updates))
+    total_updates = max(warmup_updates, int(total_updates))
+    first = peak / (batches_per_update * warmup_updates)
+    # Keras' warm-up is linear from `initial_learning_rate` at batch 0 to
+    # `warmup_target` at batch `warmup_steps`: the line through the updates'
+    # values, batch b -> peak * (b + 1) / (k * W), starts at peak / (k * W) and
+    # reaches peak at batch k * W - 1, the batch of the warm-up's last update.
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=first,
+        warmup_target=peak,
+        warmup_steps=batches_per_update * warmup_updates - 1,
+        decay_steps=batches_per_update * (total_updates - warmup_updates + 1),
+    )

@@ -17,6 +17,7 @@ from keras_vit.utils import files
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
 from keras_vit.utils.files import check_writable_names, claim, mark_directory, quote, read_marker
 from keras_vit.utils.seeds import set_random_seed
+from keras_vit.workflows.optimizers import warmup_cosine_schedule
 
 # A ViT small enough to train on 8x8 digits in about a minute per backend.
 DIGITS_MODEL = {
@@ -37,13 +38,8 @@ DIGITS_MODEL = {
 
 def build_optimizer(learning_rate, weight_decay, total_steps, warmup_fraction=0.1):
     """AdamW with linear warm-up and cosine decay, the usual ViT schedule."""
-    warmup_steps = max(1, int(total_steps * warmup_fraction))
-    schedule = keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0,
-        decay_steps=max(1, total_steps - warmup_steps),
-        warmup_target=learning_rate,
-        warmup_steps=warmup_steps,
-    )
+    # The first update at a non-zero rate, as every other (see `warmup_cosine_schedule`).
+    schedule = warmup_cosine_schedule(learning_rate, max(1, int(total_steps * warmup_fraction)), total_steps)
     return keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay)
 
 
@@ -388,7 +384,7 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     """`model.fit` that checkpoints every epoch into `run_dir` and resumes from it.
 
     With `run_dir`, the run directory holds `backup/` (an `EpochCheckpoint`)
-    and `log.csv` (`keras.callbacks.CSVLogger`, one row per epoch), and a
+    and `log.csv` (`EpochLog`: the columns of `keras.callbacks.CSVLogger`, one row per epoch), and a
     marker that says keras_vit wrote them: a directory whose `backup/` or
     `log.csv` is someone else's is refused before training. Running the same
     call again after a kill restores the weights, optimizer and random
@@ -464,13 +460,20 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
 
 
 def save_model(model, path):
-    """`model.save(path)` through keras_vit's writer: a kill leaves the old file or the new one.
+    """`model.save(path)` for use, through keras_vit's writer: without the optimizer's state.
 
-    `path` is a path or a destination a command claimed (`keras_vit.utils.files.claim`).
-    In a job of several processes only process 0 writes (the others take
-    part in a collective save and discard it).
+    The file holds the model (its config and weights) but not the state of
+    the optimizer it was trained with, which would triple the size of an
+    AdamW-trained model; the run directory's checkpoint keeps that state to
+    resume. `path` is a path or a destination a command claimed
+    (`keras_vit.utils.files.claim`); a kill leaves the old file or the new
+    one. In a job of several processes only process 0 writes (the others
+    take part in a collective save and discard it).
     """
-    files.save_model(model, path)
+    from keras_vit.presets.keras_vit_format import optimizer_set_aside
+
+    with optimizer_set_aside(model):
+        files.save_model(model, path)
 
 
 def default_run_dir(output):

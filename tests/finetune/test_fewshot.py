@@ -112,3 +112,29 @@ def test_shots_beyond_the_smallest_class_are_refused_not_silently_shrunk(tmp_pat
     out = capsys.readouterr().out
     assert "5-shot:" in out and "10-shot" not in out and "25-shot" not in out
 
+
+
+@pytest.mark.one_backend("the wording and format of a warning")
+def test_the_shots_warning_is_one_line_naming_the_smallest_class(tmp_path):
+    import os
+    import warnings
+
+    import keras
+
+    from keras_vit.workflows.fewshot import fewshot_evaluate_folder
+
+    data = write_folder(str(tmp_path / "data"), classes=3, per_class=8)
+    test = write_folder(str(tmp_path / "test"), classes=3, per_class=2, seed=1)
+    smallest = os.path.join(data, "class_1")
+    for name in sorted(os.listdir(smallest))[4:]:  # class_1 keeps 4 images, the others 8
+        os.remove(os.path.join(smallest, name))
+    model = keras.saving.load_model(tiny_backbone_file(str(tmp_path / "tiny.keras")))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fewshot_evaluate_folder(model, data, test_dir=test, shots=None, seeds=(0,))
+    [warning] = [w for w in caught if "Not evaluated" in str(w.message)]
+    assert issubclass(warning.category, UserWarning)
+    assert "Not evaluated: 5-shot, 10-shot, 25-shot" in str(warning.message)
+    assert "'class_1', has 4 image(s)" in str(warning.message)
+    printed = warnings.formatwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    assert printed.count("\n") == 1 and "fewshot.py" not in printed and printed.startswith("keras_vit: warning:")

@@ -61,13 +61,72 @@ def test_the_learning_rate_schedule_runs_over_the_updates_of_the_run(batch_size)
     assert len(used) == updates and float(keras.ops.convert_to_numpy(optimizer.iterations)) == updates
     peak = 0.01
     warmup = 2  # 5% of 40 updates
-    assert used[0] < peak and max(used) <= peak * (1 + 1e-6)  # from zero, as big_vision's warm-up
+    assert 0 < used[0] < peak and max(used) <= peak * (1 + 1e-6)
     assert used[warmup] > 0.99 * peak  # warm-up ends after 5% of the updates
     # Cosine decay over the other 95%: half-way through it, half the peak; positive until the last update.
     middle = warmup + (updates - warmup) // 2
     assert math.isclose(used[middle], peak / 2, rel_tol=0.1), used
     assert all(value > 0 for value in used[1:-1]) and used[-1] < 0.02 * peak
     assert all(later <= earlier * (1 + 1e-6) for earlier, later in zip(used[warmup:], used[warmup + 1:]))
+
+
+class _LearningRatesOfUpdates(keras.callbacks.Callback):
+    """The learning rate of each batch that applies an optimizer update (its `iterations` goes up)."""
+
+    def on_train_begin(self, logs=None):
+        self.used = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        optimizer = self.model.optimizer
+        self.before = (int(keras.ops.convert_to_numpy(optimizer.iterations)),
+                       float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) > self.before[0]:
+            self.used.append(self.before[1])
+
+
+def _warmup_cosine(peak, warmup, updates):
+    """The learning rate of update u (from 0), by hand: linear warm-up from peak / warmup, cosine after."""
+    return [peak * (u + 1) / warmup if u < warmup
+            else peak * 0.5 * (1 + math.cos(math.pi * (u + 1 - warmup) / (updates - warmup + 1)))
+            for u in range(updates)]
+
+
+@pytest.mark.parametrize("recipe, updates, accumulation", [
+    ("paper", 40, 1), ("paper", 40, 3), ("adamw", 20, 1), ("adamw", 20, 2)])
+def test_every_update_of_a_fit_runs_at_a_nonzero_learning_rate(recipe, updates, accumulation):
+    """The rate each actual update uses during `fit`, against the warm-up/cosine formula by hand.
+
+    The first update used to run at 0 (a warm-up from zero): on a small
+    folder, one update in ten changed nothing.
+    """
+    batch_size = 2
+    optimizer, got_accumulation = build_recipe_optimizer(
+        recipe, total_steps=updates, batch_size=batch_size, effective_batch_size=batch_size * accumulation)
+    assert got_accumulation == accumulation
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=optimizer, loss="mse")
+    x = np.random.default_rng(0).normal(size=(updates * accumulation * batch_size, 3)).astype("float32")
+    record = _LearningRatesOfUpdates()
+    model.fit(x, np.zeros((len(x), 2), "float32"), batch_size=batch_size, epochs=1, shuffle=False, verbose=0,
+              callbacks=[record])
+    peak = {"paper": 0.01, "adamw": 1e-3}[recipe]
+    warmup = 2  # 5% of 40 updates (paper), 10% of 20 (adamw)
+    np.testing.assert_allclose(record.used, _warmup_cosine(peak, warmup, updates), rtol=1e-5)
+
+
+def test_build_optimizer_starts_its_warmup_above_zero():
+    from keras_vit.workflows.training import build_optimizer
+
+    optimizer = build_optimizer(1e-3, 0.05, total_steps=30)
+    weight = keras.Variable(np.zeros(()), dtype="float32")
+    optimizer.build([weight])
+    used = []
+    for _ in range(30):
+        used.append(float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
+        optimizer.apply_gradients([(keras.ops.ones(()), weight)])
+    np.testing.assert_allclose(used, _warmup_cosine(1e-3, 3, 30), rtol=1e-5)
 
 
 def test_paper_recipe_is_sgd_with_clipping_and_accumulation_to_512():
@@ -77,7 +136,7 @@ def test_paper_recipe_is_sgd_with_clipping_and_accumulation_to_512():
     assert config["momentum"] == 0.9 and config["global_clipnorm"] == 1.0
     assert config["weight_decay"] is None and config["gradient_accumulation_steps"] == 64
     schedule = keras.optimizers.schedules.deserialize(config["learning_rate"])
-    assert float(schedule(0)) == 0.0 and math.isclose(float(schedule(schedule.warmup_steps)), 0.01, rel_tol=1e-6)
+    assert math.isclose(float(schedule(schedule.warmup_steps)), 0.01, rel_tol=1e-6)
     adamw, accumulation = build_recipe_optimizer("adamw", total_steps=10, batch_size=8)
     assert isinstance(adamw, keras.optimizers.AdamW) and accumulation == 1
     assert adamw.get_config()["weight_decay"] == 0.05
@@ -158,3 +217,48 @@ def test_a_backup_from_other_settings_is_not_resumed(tmp_path):
     model.stop_training = True
     checkpoint.on_epoch_end(1, {"loss": float("nan")})
     assert EpochCheckpoint(backup, {"epochs": 2, "seed": 0}).restore(model) == 1
+
+
+@pytest.mark.one_backend("an argument check before any work")
+def test_lora_with_a_variant_is_refused_before_any_work(folder, monkeypatch, capsys):
+    from keras_vit.utils.errors import ArgumentError
+    from keras_vit.workflows import finetuning
+
+    monkeypatch.setattr(finetuning, "load_for_finetuning", lambda *a, **k: pytest.fail("model built"))
+    with pytest.raises(ArgumentError, match="`lora_rank` trains low-rank updates of frozen pre-trained weights"):
+        keras_vit.finetune(folder, variant="ViT-Ti/16", lora_rank=4)
+    assert cli.main(["finetune", folder, "--variant", "ViT-Ti/16", "--lora", "4"]) == 2
+    assert "--lora" in capsys.readouterr().err
+
+
+def test_finetuning_an_int8_model_is_refused_with_the_fix(folder, tmp_path, monkeypatch):
+    from keras_vit.data import image_folder
+    from keras_vit.utils.errors import ArgumentError
+    from keras_vit.workflows.quantization import quantize_model
+
+    model = keras_vit.ViTClassifier.from_variant("ViT-Ti/16", image_size=8, patch_size=4, hidden_dim=16,
+                                                 num_layers=1, num_heads=2, mlp_dim=32, num_classes=3)
+    quantize_model(model).save(str(tmp_path / "int8.keras"))
+    monkeypatch.setattr(image_folder, "image_folder_datasets", lambda *a, **k: pytest.fail("images decoded"))
+    monkeypatch.setattr(keras_vit.data, "image_folder_datasets", lambda *a, **k: pytest.fail("images decoded"))
+    with pytest.raises(ArgumentError, match="`preset` holds an int8-quantized model.*Fine-tune the float model"):
+        keras_vit.finetune(folder, preset=str(tmp_path / "int8.keras"), image_size=8)
+
+
+@pytest.mark.slow
+def test_training_from_scratch_on_a_small_folder_warns_once_with_what_helps(folder):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        keras_vit.finetune(folder, variant="ViT-Ti/16", image_size=32, epochs=1, batch_size=8, recipe="adamw",
+                           run_dir=None, verbose=0, validation_split=0.2)
+    scratch = [w for w in caught if "from scratch" in str(w.message)]
+    said = [str(w.message) for w in scratch]
+    assert len(said) == 1, said
+    # 3 classes of 6 images, 20% held out: 15 training images.
+    for words in ("ViT-Ti/16 from scratch on 15 images of 3 classes", "54%", "75%", "--preset", "R26+ViT-S/32",
+                  "keras-vit pretrain"):
+        assert words in said[0], (words, said[0])
+    printed = warnings.formatwarning(scratch[0].message, scratch[0].category, "x.py", 1)
+    assert printed.count("\n") == 1 and "x.py" not in printed
