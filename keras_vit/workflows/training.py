@@ -439,9 +439,11 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
             _trim_log(run_dir, initial_epoch)
             if verbose:
                 print(f"Resuming from the checkpoint in {quote(run_dir)}: {initial_epoch} of {epochs} epochs done.")
-        all_callbacks.append(checkpoint)
+        # The log's row first, then the backup: a kill between leaves the log one row ahead, which the
+        # rerun trims (`_trim_log`); the other way round it would lose the row of an epoch the backup holds.
         if chief:
             all_callbacks.append(EpochLog(run_dir, append=initial_epoch > 0))
+        all_callbacks.append(checkpoint)
     if processes.process_count() > 1 and keras.backend.backend() == "torch":
         from keras_vit.distribution import torch_processes
 
