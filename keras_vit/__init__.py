@@ -1,8 +1,12 @@
 """keras_vit: the Vision Transformer for Keras 3 on TensorFlow, JAX and PyTorch."""
 
 import importlib as _importlib
-import os as _os
-import sys as _sys
+
+# First, before anything imports Keras: on an install without TensorFlow (Keras' default) and nothing
+# configured, start an installed backend instead of failing inside Keras, and say which.
+from keras_vit import backend_choice as _backend_choice
+
+_backend_choice.choose_backend_on_import()
 
 __version__ = "0.1.0"
 
@@ -39,16 +43,9 @@ def __getattr__(name):
     return value
 
 
-def _started_as_command_line():
-    # `keras-vit ...` or `python -m keras_vit ...` (argv[0] is "-m" while the
-    # package is located). The command line must choose the backend before
-    # Keras is imported and keeps `--help` instant, so the imports below wait
-    # until a subcommand needs them (`__getattr__` serves them on demand).
-    argv0 = _sys.argv[0] if _sys.argv else ""
-    return argv0 == "-m" or _os.path.basename(argv0).lower() in ("keras-vit", "keras-vit.exe", "keras-vit-script.py")
-
-
-if not _started_as_command_line():
+# The command line chooses the backend itself before Keras is imported and keeps `--help` instant, so
+# there the imports below wait until a subcommand needs them (`__getattr__` serves them on demand).
+if not _backend_choice.started_as_command_line():
     # Imported eagerly otherwise, so every layer and model is registered with
     # Keras (for `keras.saving.load_model`) as soon as `import keras_vit` runs.
     # optimizers: its AdamW is registered for `.keras` files saved with it.

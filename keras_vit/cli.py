@@ -5,22 +5,26 @@ Each subcommand lives in `keras_vit/commands/<name>.py`, which defines
 module is imported, so `keras-vit --help` and `--version` do not pay for a
 backend import.
 
-One error style for every subcommand: `run` raises `ValueError` for anything
-that went wrong, `keras_vit.utils.ArgumentError` (or its subclass
-`keras_vit.commands.UsageError`) when it is the user's input (a flag, a
-path, a folder), and `main` prints `keras-vit <command>: error: <message>`
-on stderr without a traceback (an `ArgumentError` spelled with the flag the
-user typed) and returns 2 for the user's input, 1 for failures. `--debug` (or
-`KERAS_VIT_DEBUG=1`) prints the traceback too.
+One error style for every subcommand: each flag's value is checked while
+the arguments are parsed (`keras_vit/commands/arguments.py`); `run` raises
+`ValueError` for anything that went wrong, `keras_vit.utils.ArgumentError`
+(or its subclass `keras_vit.commands.UsageError`) when it is the user's input
+(a flag, a path, a folder), and `main` prints `keras-vit <command>: error:
+<message>` on stderr without a traceback (an `ArgumentError` spelled with the
+flag the user typed) and returns 2 for the user's input, 1 for failures.
+`--debug` (or `KERAS_VIT_DEBUG=1`) prints the traceback too.
 """
 
 import argparse
+import contextlib
 import importlib
-import importlib.util
-import json
 import os
+import re
 import sys
+import tempfile
 import traceback
+
+from keras_vit.backend_choice import BACKEND_PREFERENCE, choose_backend
 
 COMMANDS = {
     "train": "Train a ViT classifier (scikit-learn's digits by default).",
@@ -35,10 +39,8 @@ COMMANDS = {
     "quantize": "Quantize a model's weights to int8 and save it as a .keras file or a preset.",
 }
 
-# The order in which an unset KERAS_BACKEND is filled in from what is installed.
-BACKEND_PREFERENCE = ("jax", "torch", "tensorflow")
 DEBUG_VARIABLE = "KERAS_VIT_DEBUG"
-_KERAS_DEFAULT_BACKEND = "tensorflow"
+TF_LOG_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 
 
 def _version():
@@ -52,8 +54,20 @@ def _command_module(name):
     return importlib.import_module(f"keras_vit.commands.{name}")
 
 
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser, with its errors in the style of every other error of the command line.
+
+    `keras-vit finetune: error: <message>` and where to read the options,
+    instead of the full usage first: the line that says what is wrong is
+    the first line of stderr, as for every error `main` reports. Exits with 2.
+    """
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options.)\n")
+
+
 def build_parser(command=None):
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="keras-vit",
         description="Vision Transformers for Keras 3.",
         epilog="The backend is KERAS_BACKEND (jax, torch or tensorflow); when it is unset, the first installed "
@@ -84,51 +98,75 @@ def _flag_names(parser):
     return names
 
 
-def _installed(backend):
-    return importlib.util.find_spec(backend) is not None
+# TensorFlow's native log records: absl's ("I0000 00:00:1795643830.098469    8857 cudart_stub.cc:31] ...": before
+# absl is initialised the seconds count from 1970) and TSL's older form ("2025-09-17 14:44:05.157831: I
+# external/.../cudart_stub.cc:32] ..."). The severity letter is what matters.
+_NATIVE_LOG_RECORD = re.compile(
+    rb"^(?:(?P<absl>[IWEF])\d{4} [0-9:.]+ +\d+ |\d{4}-\d\d-\d\d [0-9:.]+: (?P<tsl>[IWEF]) )\S+:\d+\] "
+)
+_ABSL_BANNER = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 
-def _configured_backend():
-    """A backend chosen in ~/.keras/keras.json (or $KERAS_HOME), if any other than Keras's default."""
-    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
-    try:
-        with open(os.path.join(home, "keras.json")) as handle:
-            backend = json.load(handle).get("backend")
-    except (OSError, ValueError, AttributeError):
-        return None
-    # Keras writes "tensorflow" into a fresh keras.json itself, so only another
-    # value says that the user chose it.
-    return backend if isinstance(backend, str) and backend != _KERAS_DEFAULT_BACKEND else None
+def quiet_tensorflow_logs(environ=None, debug=False):
+    """Hide TensorFlow's C++ start-up chatter in this command, unless the user asked for it; return whether hidden.
 
-
-def choose_backend(environ=None, installed=_installed, configured=_configured_backend):
-    """Fill in KERAS_BACKEND before Keras is imported; return a note for stderr, or `None`.
-
-    Order: KERAS_BACKEND when set (refused with a clear error when its package
-    is missing); a non-default backend from keras.json when installed; else
-    the first installed of jax, torch, tensorflow.
-
-    Raises:
-        ValueError: no backend is installed, or KERAS_BACKEND names one that is not.
+    On a machine without a GPU every TensorFlow command printed "failed call
+    to cuInit: CUDA error" (an ERROR record) and "Could not find cuda
+    drivers", none of which is the user's business. TF_CPP_MIN_LOG_LEVEL=3
+    keeps only FATAL records; TensorFlow's errors still reach the user as
+    Python exceptions, which `main` prints. A value the user set (any value)
+    and `--debug` leave everything as TensorFlow prints it. The command line
+    only: `import keras_vit` never changes the caller's environment this way.
     """
     environ = os.environ if environ is None else environ
-    requested = environ.get("KERAS_BACKEND")
-    if requested:
-        package = "torch" if requested == "torch" else requested
-        if requested in BACKEND_PREFERENCE and not installed(package):
-            available = [b for b in BACKEND_PREFERENCE if installed(b)]
-            raise ValueError(
-                f"KERAS_BACKEND={requested} but {package} is not installed. Install it, or choose an installed "
-                f"backend: {', '.join(available) or 'none is installed (pip install jax)'}."
-            )
-        return None
-    chosen = configured()
-    if chosen is None or chosen not in BACKEND_PREFERENCE or not installed(chosen):
-        chosen = next((b for b in BACKEND_PREFERENCE if installed(b)), None)
-    if chosen is None:
-        raise ValueError("No Keras backend is installed. Install one: `pip install jax` (or torch, or tensorflow).")
-    environ["KERAS_BACKEND"] = chosen
-    return f"keras-vit: using the {chosen} backend (KERAS_BACKEND is not set; set it to choose another)."
+    if debug or TF_LOG_VARIABLE in environ:
+        return False
+    environ[TF_LOG_VARIABLE] = "3"
+    return True
+
+
+def is_start_up_chatter(line):
+    """Whether a line of native stderr is a TensorFlow log record below FATAL, or absl's banner about them."""
+    if line.rstrip(b"\r\n") == _ABSL_BANNER:
+        return True
+    record = _NATIVE_LOG_RECORD.match(line)
+    return record is not None and (record.group("absl") or record.group("tsl")) != b"F"
+
+
+@contextlib.contextmanager
+def _without_start_up_chatter(active):
+    """While the backend starts, drop the native log lines that TF_CPP_MIN_LOG_LEVEL cannot hide.
+
+    TensorFlow's shared libraries log while they load, before absl's logging
+    is initialised, and those lines ("Could not find cuda drivers ...")
+    ignore TF_CPP_MIN_LOG_LEVEL. The process's stderr (file descriptor 2,
+    which C++ writes to) goes to a temporary file for the block; every other
+    line is written back, in order, when it ends, also when it raises.
+    """
+    if not active:
+        yield
+        return
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            if sys.stderr is not None:
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured:
+                if not is_start_up_chatter(line):
+                    while line:
+                        line = line[os.write(2, line):]
 
 
 def _debug_requested(argv):
@@ -143,15 +181,24 @@ def main(argv=None):
     try:
         # Before the parser imports the command's module, which imports Keras: Keras reads
         # KERAS_BACKEND once, at its import. In-process callers (tests, notebooks) have fixed it.
-        if command in COMMANDS and "keras" not in sys.modules:
+        starting = command in COMMANDS and "keras" not in sys.modules
+        if starting:
             note = choose_backend()
             if note:
                 print(note, file=sys.stderr)
-        parser = build_parser(command if command in COMMANDS else None)
-        args = parser.parse_args(argv)  # argparse prints its own usage errors and exits with 2
-        if args.command is None:
-            parser.print_help()
-            return 2
+        quiet = starting and quiet_tensorflow_logs(debug=debug)
+        with _without_start_up_chatter(quiet):
+            parser = build_parser(command if command in COMMANDS else None)
+            try:
+                # Every flag's value is checked here (keras_vit/commands/arguments.py), before any work.
+                args = parser.parse_args(argv)
+            except SystemExit as exit:  # --help, --version, or a usage error argparse has printed
+                return 0 if exit.code is None else exit.code if isinstance(exit.code, int) else 2
+            if args.command is None:
+                parser.print_help()
+                return 2
+            if quiet:
+                import keras  # noqa: F401 - the backend starts here, where its start-up lines are filtered
         return _command_module(args.command).run(args) or 0
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)

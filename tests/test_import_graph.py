@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.abspath(keras_vit.__file__))
 # `test_every_module_has_a_level` keeps it that way. data, inspection and
 # distribution are peers (none builds on another).
 LEVELS = (
-    ("integrations",),
+    ("integrations", "backend_choice"),  # backend_choice: the standard library only, run before Keras
     ("utils",),
     ("layers",),
     ("models",),

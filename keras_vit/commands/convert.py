@@ -1,20 +1,9 @@
 """`keras-vit convert SRC DST`: turn a timm / Hugging Face / Google checkpoint into Keras files."""
 
 
+from keras_vit.commands.arguments import ImageSize, Path, PositiveInt
+
 OUTPUT_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
-
-
-def _image_size(text):
-    from keras_vit.commands import UsageError
-
-    parts = text.lower().replace(",", "x").split("x")
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise UsageError(f"--image-size must be N or HxW, e.g. 384 or 384x512. Received: {text!r}") from None
-    if len(values) not in (1, 2) or any(v < 1 for v in values):
-        raise UsageError(f"--image-size must be N or HxW with positive sizes. Received: {text!r}")
-    return values[0] if len(values) == 1 else tuple(values)
 
 
 def _destination_format(destination, requested):
@@ -38,19 +27,19 @@ def _destination_format(destination, requested):
 def add_arguments(parser):
     # Help must not import the converters (they import Keras, which picks a backend): the list of formats
     # comes from the format table when a source is not recognised.
-    parser.add_argument("source", help="the checkpoint: a file or directory in a format keras_vit reads (timm, Hugging "
+    parser.add_argument("source", action=Path, help="the checkpoint: a file or directory in a format keras_vit reads (timm, Hugging "
                                        "Face, Google .npz, keras-hub, a keras_vit preset or .keras file; an "
                                        "unrecognised one is refused with the full list)")
-    parser.add_argument("destination", help="output: .keras (whole model), .weights.h5, .safetensors (timm) or a "
+    parser.add_argument("destination", action=Path, help="output: .keras (whole model), .weights.h5, .safetensors (timm) or a "
                                             "directory with --to huggingface")
     parser.add_argument("--to", choices=OUTPUT_FORMATS, default="auto", help="output format (default: from the file name)")
-    parser.add_argument("--image-size", default=None,
+    parser.add_argument("--image-size", action=ImageSize, default=None,
                         help="build the model for this size (N or HxW), resampling the position embedding")
     parser.add_argument("--interpolation", choices=("bicubic", "bilinear"), default="bicubic",
                         help="position-embedding resampling (default: bicubic)")
     parser.add_argument("--no-antialias", action="store_true", help="resample without antialiasing")
     parser.add_argument("--no-head", action="store_true", help="keep only the backbone")
-    parser.add_argument("--num-heads", type=int, default=None,
+    parser.add_argument("--num-heads", action=PositiveInt, default=None,
                         help="attention heads, for checkpoints whose width does not determine them")
     parser.add_argument("--allow-non-finite", action="store_true",
                         help="load weights holding NaN or infinity instead of refusing the checkpoint")
@@ -171,9 +160,7 @@ def run(args):
     if not os.path.exists(args.source):
         raise UsageError(f"no such checkpoint: {args.source}")
     target = _destination_format(args.destination, args.to)
-    image_size = None if args.image_size is None else _image_size(args.image_size)
-    if args.num_heads is not None and args.num_heads < 1:
-        raise UsageError(f"--num-heads must be positive. Received: --num-heads {args.num_heads}")
+    image_size = args.image_size  # N or (H, W), checked while parsing
     destination = check_destination(args.source, args.destination, target)
     overrides = {}
     if args.num_heads is not None:

@@ -8,26 +8,29 @@ over the given images) with its numbers in `figure7.json`.
 
 import os
 
+from keras_vit.commands.arguments import ModelHandle, Path, PositiveInt
+
 DEFAULT_BATCH = 8
 
 
 def add_arguments(parser):
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image file(s) (JPEG, PNG, ...)")
+    parser.add_argument("images", nargs="+", action=Path, metavar="IMAGE", help="image file(s) (JPEG, PNG, ...)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
-        "--preset", help="a preset name (see `keras-vit presets`), hf://org/repo, or a local preset / checkpoint path"
+        "--preset", action=ModelHandle, help="a preset name (see `keras-vit presets`), hf://org/repo, or a local preset / checkpoint path"
     )
     source.add_argument(
-        "--model", metavar="FILE",
+        "--model", action=Path, metavar="FILE",
         help="a .keras file holding a ViTClassifier, ViTBackbone or MaskedPatchPredictor "
         "(e.g. from `keras-vit train --save` or `keras-vit pretrain`)",
     )
-    parser.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files (created if missing)")
+    parser.add_argument("--out", action=Path, required=True, metavar="DIR",
+                        help="directory for the PNG files (created if missing)")
     parser.add_argument(
-        "--components", type=int, default=28,
+        "--components", action=PositiveInt, default=28,
         help="principal components of the patch-embedding filters to draw (default: 28, as in the paper)",
     )
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help=f"images per pass (default: {DEFAULT_BATCH})")
+    parser.add_argument("--batch-size", action=PositiveInt, default=DEFAULT_BATCH, help=f"images per pass (default: {DEFAULT_BATCH})")
 
 
 FIGURE7_FILES = ("figure7.png", "figure7.json")
@@ -67,8 +70,6 @@ def _check_arguments(args):
         )
     if args.model is not None and not os.path.isfile(args.model):
         raise UsageError(f"no such model file: {quote(args.model)}")
-    if args.batch_size < 1 or args.components < 1:
-        raise UsageError("--batch-size and --components must be positive.")
     destination = _claim_out(args)
     try:
         require_matplotlib()

@@ -1,14 +1,16 @@
 """`keras-vit export MODEL --format saved_model|onnx|litert --out DIR`: a graph that runs without Keras."""
 
+from keras_vit.commands.arguments import ModelHandle, Path
+
 FORMAT_CHOICES = ("saved_model", "onnx", "litert")
 
 
 def add_arguments(parser):
-    parser.add_argument("model", metavar="MODEL",
+    parser.add_argument("model", action=ModelHandle, metavar="MODEL",
                         help="a preset name, hf://org/repo, a local preset / checkpoint path, or a .keras file")
     parser.add_argument("--format", required=True, choices=FORMAT_CHOICES,
                         help="saved_model (TensorFlow), onnx (onnxruntime) or litert (LiteRT / TFLite)")
-    parser.add_argument("--out", required=True, metavar="DIR",
+    parser.add_argument("--out", action=Path, required=True, metavar="DIR",
                         help="the export directory (new, or a previous export, which is replaced)")
     parser.add_argument("--backbone", action="store_true",
                         help="export the backbone (token features) instead of the classifier")
@@ -29,8 +31,13 @@ def check_model_file(handle):
         check_keras_file(handle)
 
 
-def load_model(handle, backbone=False):
+def load_model(handle, backbone=False, purpose="export"):
     """A `ViTClassifier` (or its `ViTBackbone` with `backbone=True`) from a preset handle or a `.keras` file.
+
+    Args:
+        handle: str. A preset name, `hf://org/repo`, a local preset or checkpoint path, or a `.keras` file.
+        backbone: bool. The backbone instead of the classifier.
+        purpose: str. The command that loads it, named when a `.keras` file holds another kind of model.
 
     Raises:
         UsageError: the handle is a `.keras` file of another kind of model.
@@ -45,7 +52,7 @@ def load_model(handle, backbone=False):
         from keras_vit.models import ViTBackbone, ViTClassifier
 
         try:
-            model = load_keras_file(handle, (ViTClassifier, ViTBackbone), "export")
+            model = load_keras_file(handle, (ViTClassifier, ViTBackbone), purpose)
         except ValueError as error:
             raise UsageError(str(error)) from None
         if backbone:

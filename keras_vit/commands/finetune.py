@@ -1,51 +1,63 @@
 """`keras-vit finetune DATA_DIR`: fine-tune a ViT on a class-per-subfolder image folder."""
 
+from keras_vit.commands.arguments import (
+    Fraction,
+    ModelHandle,
+    NonNegativeFloat,
+    NonNegativeInt,
+    Path,
+    PositiveFloat,
+    PositiveInt,
+    Seed,
+    Variant,
+)
+
 
 def add_arguments(parser):
-    parser.add_argument("data_dir", metavar="DATA_DIR", help="a folder with one subfolder of images per class")
+    parser.add_argument("data_dir", action=Path, metavar="DATA_DIR", help="a folder with one subfolder of images per class")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
-        "--preset",
+        "--preset", action=ModelHandle,
         help="pre-trained weights: a preset name (see `keras-vit presets`), hf://org/repo, a preset directory, "
         "a converted checkpoint (.safetensors, .npz, Hugging Face directory) or a .keras file "
         "(e.g. from `keras-vit pretrain`)",
     )
-    source.add_argument("--variant", help="train this variant (e.g. 'ViT-S/16') from scratch instead")
-    parser.add_argument("--image-size", type=int, default=None,
+    source.add_argument("--variant", action=Variant, help="train this variant (e.g. 'ViT-S/16') from scratch instead")
+    parser.add_argument("--image-size", action=PositiveInt, default=None,
                         help="fine-tuning resolution; position embeddings are resampled (default: the model's)")
     parser.add_argument("--recipe", choices=("paper", "adamw"), default="paper",
                         help="paper: SGD momentum 0.9, no weight decay, clipping at global norm 1, cosine decay "
                         "with warm-up, batch 512 by gradient accumulation; adamw: AdamW, weight decay 0.05 "
                         "(default: paper)")
-    parser.add_argument("--epochs", type=int, default=10, help="default: 10")
-    parser.add_argument("--batch-size", type=int, default=32, help="images per step (default: 32)")
-    parser.add_argument("--effective-batch-size", type=int, default=None,
+    parser.add_argument("--epochs", action=PositiveInt, default=10, help="default: 10")
+    parser.add_argument("--batch-size", action=PositiveInt, default=32, help="images per step (default: 32)")
+    parser.add_argument("--effective-batch-size", action=NonNegativeInt, default=None,
                         help="images per update, by gradient accumulation (default: the recipe's, 512 for paper; "
                         "0 turns accumulation off)")
-    parser.add_argument("--learning-rate", type=float, default=None,
+    parser.add_argument("--learning-rate", action=PositiveFloat, default=None,
                         help="peak learning rate (default: the recipe's, 0.01 paper / 1e-3 adamw)")
-    parser.add_argument("--weight-decay", type=float, default=None, help="default: the recipe's (0 / 0.05)")
-    parser.add_argument("--validation-dir", default=None,
+    parser.add_argument("--weight-decay", action=NonNegativeFloat, default=None, help="default: the recipe's (0 / 0.05)")
+    parser.add_argument("--validation-dir", action=Path, default=None,
                         help="held-out folder with the same class subfolders (default: a split of DATA_DIR)")
-    parser.add_argument("--validation-split", type=float, default=0.2,
+    parser.add_argument("--validation-split", action=Fraction, default=0.2,
                         help="share of each class held out when there is no --validation-dir (default: 0.2)")
     parser.add_argument("--randaugment", action="store_true", help="add Keras' RandAugment (2 ops)")
-    parser.add_argument("--mixup", type=float, default=0.0, help="MixUp alpha; 0 is off (default: 0)")
-    parser.add_argument("--cutmix", type=float, default=0.0, help="CutMix factor; 0 is off (default: 0)")
+    parser.add_argument("--mixup", action=NonNegativeFloat, default=0.0, help="MixUp alpha; 0 is off (default: 0)")
+    parser.add_argument("--cutmix", action=NonNegativeFloat, default=0.0, help="CutMix factor; 0 is off (default: 0)")
     parser.add_argument("--no-crop", action="store_true",
                         help="no random resized crop (resize and centre-crop training images too)")
     parser.add_argument("--no-flip", action="store_true", help="no random horizontal flip")
     parser.add_argument("--skip-bad-files", action="store_true",
                         help="log and leave out unreadable, empty or oversized images instead of stopping")
-    parser.add_argument("--output", default=None,
+    parser.add_argument("--output", action=Path, default=None,
                         help="write the fine-tuned model here as a preset with the class names "
                         "(`keras-vit predict IMAGE --preset OUTPUT`)")
-    parser.add_argument("--run-dir", default=None,
+    parser.add_argument("--run-dir", action=Path, default=None,
                         help="checkpoint every epoch here and resume when the same command runs again "
                         "(default: OUTPUT.run beside --output)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the split, head and augmentation (default: 0)")
-    parser.add_argument("--workers", type=int, default=2, help="image-decoding threads (default: 2)")
-    parser.add_argument("--lora", dest="lora_rank", type=int, default=None, metavar="RANK",
+    parser.add_argument("--seed", action=Seed, default=0, help="seed of the split, head and augmentation (default: 0)")
+    parser.add_argument("--workers", action=PositiveInt, default=2, help="image-decoding threads (default: 2)")
+    parser.add_argument("--lora", dest="lora_rank", action=PositiveInt, default=None, metavar="RANK",
                         help="train rank-RANK LoRA updates of every block's attention and MLP (and the head) instead "
                         "of every weight; the saved preset has them merged and loads without LoRA (default: off)")
     parser.add_argument("--remat", action="store_true",
@@ -66,15 +78,11 @@ def _run(args):
     from keras_vit.data import AugmentPolicy
     from keras_vit.workflows.finetuning import finetune
 
+    # Every flag's value was checked while parsing (keras_vit/commands/arguments.py); the workflow checks the
+    # folders and the output before any work.
     augment = AugmentPolicy(crop=not args.no_crop, flip=not args.no_flip, randaugment=args.randaugment,
                             mixup=args.mixup, cutmix=args.cutmix)
-    if args.workers < 1:
-        raise ValueError(f"--workers must be at least 1. Received: --workers {args.workers}")
-    if not 0.0 < args.validation_split < 1.0 and args.validation_dir is None:
-        raise ValueError(f"--validation-split must be in (0, 1). Received: --validation-split {args.validation_split}")
     effective = "recipe" if args.effective_batch_size is None else (args.effective_batch_size or None)
-    if args.output is None:
-        print("No --output: the fine-tuned model will not be saved, and no checkpoints are written.")
     result = finetune(
         args.data_dir, preset=args.preset, variant=args.variant, image_size=args.image_size, recipe=args.recipe,
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,

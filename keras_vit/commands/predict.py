@@ -1,17 +1,18 @@
 """`keras-vit predict IMAGE --preset NAME`: classify an image with a pretrained preset."""
 
+from keras_vit.commands.arguments import ModelHandle, Path, PositiveInt
 from keras_vit.data.images import DEFAULT_MAX_PIXELS
 
 
 def add_arguments(parser):
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image file(s) (JPEG, PNG, ...)")
+    parser.add_argument("images", nargs="+", action=Path, metavar="IMAGE", help="image file(s) (JPEG, PNG, ...)")
     parser.add_argument(
-        "--preset", required=True,
+        "--preset", action=ModelHandle, required=True,
         help="a preset name (see `keras-vit presets`), hf://org/repo, a local preset / checkpoint path, "
              "or a .keras model file",
     )
-    parser.add_argument("--top", type=int, default=5, help="how many classes to print (default: 5)")
-    parser.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
+    parser.add_argument("--top", action=PositiveInt, default=5, help="how many classes to print (default: 5)")
+    parser.add_argument("--max-pixels", action=PositiveInt, default=DEFAULT_MAX_PIXELS,
                         help=f"refuse images larger than this many pixels (default: {DEFAULT_MAX_PIXELS:,})")
 
 
@@ -44,10 +45,7 @@ def run(args):
     from keras_vit.utils.checks import check_pixel_range
     from keras_vit.data.images import load_image, open_image
 
-    if args.top < 1:
-        raise UsageError(f"--top must be at least 1 (how many classes to print). Received: --top {args.top}")
-    if args.max_pixels < 1:
-        raise UsageError(f"--max-pixels must be positive. Received: --max-pixels {args.max_pixels}")
+    # --top and --max-pixels were checked while parsing.
     missing = [path for path in args.images if not os.path.exists(path)]
     if missing:
         raise UsageError(f"no such image file: {', '.join(missing)}")

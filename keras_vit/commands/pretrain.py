@@ -1,39 +1,49 @@
 """`keras-vit pretrain`: masked patch prediction on unlabeled images (digits by default)."""
 
+from keras_vit.commands.arguments import (
+    ColorBits,
+    Path,
+    PositiveFloat,
+    PositiveFraction,
+    PositiveInt,
+    Probability,
+    Seed,
+)
+
 DEFAULT_SAVE = "mpp_digits.keras"
 
 
 def add_arguments(parser):
     parser.add_argument(
-        "data_dir", nargs="?", default=None, metavar="DATA_DIR",
+        "data_dir", nargs="?", action=Path, default=None, metavar="DATA_DIR",
         help="a folder of images (class subfolders or not; labels are ignored) instead of the digits; "
         "with `keras-vit write-digits`-style folders, pass the train/ part",
     )
-    parser.add_argument("--image-size", type=int, default=None,
+    parser.add_argument("--image-size", action=PositiveInt, default=None,
                         help="input size of the backbone for DATA_DIR (default: 8, the digits model's)")
     parser.add_argument("--channels", type=int, choices=(1, 3), default=1,
                         help="channels the images of DATA_DIR are converted to (default: 1)")
-    parser.add_argument("--epochs", type=int, default=60, help="passes over the unlabeled images (default: 60)")
-    parser.add_argument("--batch-size", type=int, default=64, help="default: 64")
-    parser.add_argument("--learning-rate", type=float, default=1e-3, help="peak AdamW learning rate (default: 1e-3)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the split, weights and corruption (default: 0)")
+    parser.add_argument("--epochs", action=PositiveInt, default=60, help="passes over the unlabeled images (default: 60)")
+    parser.add_argument("--batch-size", action=PositiveInt, default=64, help="default: 64")
+    parser.add_argument("--learning-rate", action=PositiveFloat, default=1e-3, help="peak AdamW learning rate (default: 1e-3)")
+    parser.add_argument("--seed", action=Seed, default=0, help="seed of the split, weights and corruption (default: 0)")
     parser.add_argument(
         "--target", default="mean_color", choices=("mean_color", "mean_color_4x4", "pixels"),
         help="what to predict for each corrupted patch (default: mean_color, the paper's)",
     )
-    parser.add_argument("--color-bits", type=int, default=3, help="bits per channel of the colour classes (default: 3)")
-    parser.add_argument("--corruption-rate", type=float, default=0.5, help="share of patches corrupted (default: 0.5)")
-    parser.add_argument("--mask-rate", type=float, default=0.8, help="of those, share set to [mask] (default: 0.8)")
+    parser.add_argument("--color-bits", action=ColorBits, default=3, help="bits per channel of the colour classes (default: 3)")
+    parser.add_argument("--corruption-rate", action=PositiveFraction, default=0.5, help="share of patches corrupted (default: 0.5)")
+    parser.add_argument("--mask-rate", action=Probability, default=0.8, help="of those, share set to [mask] (default: 0.8)")
     parser.add_argument(
-        "--random-rate", type=float, default=0.1, help="of those, share set to another patch (default: 0.1)"
+        "--random-rate", action=Probability, default=0.1, help="of those, share set to another patch (default: 0.1)"
     )
     parser.add_argument(
-        "--save", default=DEFAULT_SAVE,
+        "--save", action=Path, default=DEFAULT_SAVE,
         help=f"write the pre-trained MaskedPatchPredictor here (default: {DEFAULT_SAVE}); "
         "fine-tune it with `keras-vit train --init-from PATH`",
     )
     parser.add_argument(
-        "--run-dir", default=None,
+        "--run-dir", action=Path, default=None,
         help="checkpoint every epoch here and resume from it when the same command runs again (default: SAVE.run)",
     )
     from keras_vit.commands.train import add_distribute_argument
@@ -68,9 +78,20 @@ def _folder_images(args):
 
 
 def run(args):
+    import os
+
+    from keras_vit.commands import UsageError
     from keras_vit.commands.train import check_arguments, run_distributed
+    from keras_vit.utils.files import quote
 
     check_arguments(args)
+    if args.data_dir is not None and not os.path.isdir(args.data_dir):
+        raise UsageError(f"No such image folder: {quote(args.data_dir)}. Give a directory of images (class "
+                         "subfolders or not), or none for the digits.")
+    if args.mask_rate + args.random_rate > 1.0 + 1e-9:  # the corruption layer's own tolerance
+        raise UsageError("--mask-rate and --random-rate are shares of the corrupted patches: together at most 1 "
+                         f"(the rest stay unchanged). Received: --mask-rate {args.mask_rate} --random-rate "
+                         f"{args.random_rate}")
     return run_distributed(args, lambda distribution: _run(args))
 
 

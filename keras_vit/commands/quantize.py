@@ -1,10 +1,12 @@
 """`keras-vit quantize MODEL --out PATH`: int8 weights, saved as a `.keras` file or a preset directory."""
 
+from keras_vit.commands.arguments import ModelHandle, Path
+
 
 def add_arguments(parser):
-    parser.add_argument("model", metavar="MODEL",
+    parser.add_argument("model", action=ModelHandle, metavar="MODEL",
                         help="a preset name, hf://org/repo, a local preset / checkpoint path, or a .keras file")
-    parser.add_argument("--out", required=True, metavar="PATH",
+    parser.add_argument("--out", action=Path, required=True, metavar="PATH",
                         help="a .keras file, or a directory for a preset (loads with from_preset)")
     parser.add_argument("--backbone", action="store_true", help="quantize the backbone only (no head)")
 
@@ -23,7 +25,7 @@ def run(args):
     # only where it replaces nothing of the user's.
     inputs = {"model": args.model} if os.path.exists(args.model) else None
     destination = claim(args.out, "keras" if as_file else PRESET_KIND, inputs=inputs, argument="out")
-    model = quantize_model(load_model(args.model, backbone=args.backbone))
+    model = quantize_model(load_model(args.model, backbone=args.backbone, purpose="quantize"))
     if as_file:
         save_model(model, destination)
     else:

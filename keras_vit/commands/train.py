@@ -4,6 +4,7 @@ import os
 import sys
 import warnings
 
+from keras_vit.commands.arguments import Path, PositiveFloat, NonNegativeFloat, PositiveInt, Seed, Variant
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.seeds import set_random_seed
 
@@ -11,25 +12,25 @@ from keras_vit.workflows.training import DIGITS_MODEL
 
 
 def add_arguments(parser):
-    parser.add_argument("--epochs", type=int, default=80, help="passes over the training set (default: 80)")
-    parser.add_argument("--batch-size", type=int, default=32, help="default: 32")
-    parser.add_argument("--learning-rate", type=float, default=2e-3, help="peak AdamW learning rate (default: 2e-3)")
-    parser.add_argument("--weight-decay", type=float, default=0.3, help="AdamW weight decay (default: 0.3)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the split and training (default: 0)")
+    parser.add_argument("--epochs", action=PositiveInt, default=80, help="passes over the training set (default: 80)")
+    parser.add_argument("--batch-size", action=PositiveInt, default=32, help="default: 32")
+    parser.add_argument("--learning-rate", action=PositiveFloat, default=2e-3, help="peak AdamW learning rate (default: 2e-3)")
+    parser.add_argument("--weight-decay", action=NonNegativeFloat, default=0.3, help="AdamW weight decay (default: 0.3)")
+    parser.add_argument("--seed", action=Seed, default=0, help="seed of the split and training (default: 0)")
     parser.add_argument(
-        "--variant", default=None,
+        "--variant", action=Variant, default=None,
         help="a named variant (e.g. 'ViT-S/16') instead of the small digits model; the image is resized to fit",
     )
-    parser.add_argument("--image-size", type=int, default=None, help="input size; digits are resized to it")
-    parser.add_argument("--save", default=None, help="write the trained model to this .keras file")
+    parser.add_argument("--image-size", action=PositiveInt, default=None, help="input size; digits are resized to it")
+    parser.add_argument("--save", action=Path, default=None, help="write the trained model to this .keras file")
     parser.add_argument(
-        "--run-dir", default=None,
+        "--run-dir", action=Path, default=None,
         help="checkpoint every epoch here and resume from it when the same command runs again "
         "(default: SAVE.run beside --save; without --save, no checkpoints)",
     )
     add_distribute_argument(parser)
     parser.add_argument(
-        "--init-from", default=None, metavar="PRETRAINED",
+        "--init-from", action=Path, default=None, metavar="PRETRAINED",
         help="fine-tune the backbone of this .keras file (from `keras-vit pretrain`, or a saved "
         "ViTClassifier or ViTBackbone) instead of starting from random weights; use the same --seed "
         "as the pre-training so its unlabeled images exclude the held-out digits",
@@ -45,7 +46,7 @@ def add_distribute_argument(parser):
         "--batch-size is the global batch. Default: one device",
     )
     parser.add_argument(
-        "--model-parallelism", type=int, default=None, metavar="N",
+        "--model-parallelism", action=PositiveInt, default=None, metavar="N",
         help="with --distribute model: the devices each weight is split over (the rest split the batch); it "
         "must divide the number of devices and the model's attention head count. Default: the devices of one host",
     )
@@ -59,16 +60,21 @@ def run_distributed(args, body):
     output is discarded (errors still reach standard error).
 
     Raises:
-        UsageError: the backend or the launch cannot give that distribution.
+        UsageError: `--model-parallelism` without `--distribute model`, or
+            the backend or the launch cannot give that distribution.
     """
-    if not getattr(args, "distribute", None):
-        return body(None)
     from keras_vit.commands import UsageError
-    from keras_vit.distribution import distribution_for_backend, processes
 
     model_parallelism = getattr(args, "model_parallelism", None)
-    if model_parallelism is not None and args.distribute != "model":
-        raise UsageError(f"--model-parallelism goes with --distribute model. Received: --distribute {args.distribute}")
+    if model_parallelism is not None and getattr(args, "distribute", None) != "model":
+        # Not ignored without a word: the user expects the weights split over devices.
+        received = f"--distribute {args.distribute}" if getattr(args, "distribute", None) else "no --distribute"
+        raise UsageError("--model-parallelism goes with --distribute model (it splits each weight over that many "
+                         f"devices). Received: {received}")
+    if not getattr(args, "distribute", None):
+        return body(None)
+    from keras_vit.distribution import distribution_for_backend, processes
+
     try:
         distribution = distribution_for_backend(args.distribute, model_parallelism=model_parallelism,
                                                 tpu=os.environ.get("TPU_NAME"))
@@ -82,8 +88,17 @@ def run_distributed(args, body):
 
 
 def check_arguments(args):
-    """The checks every training command makes before any work: numbers, the output path, the run directory."""
+    """The checks every training command makes before any work: numbers, the output path, the run directory.
+
+    Each flag's own range is checked while parsing (`keras_vit.commands.arguments`); these are the library's
+    checks again, and those that involve more than one flag or the file system.
+    """
+    from keras_vit.commands import UsageError
     from keras_vit.workflows.training import check_run_dir, check_training_arguments, default_run_dir
+
+    if getattr(args, "init_from", None) and getattr(args, "variant", None) is not None:
+        raise UsageError("--init-from takes its architecture from the file; drop --variant (or drop --init-from "
+                         "to train the variant from scratch).")
 
     check_training_arguments(
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
@@ -121,38 +136,38 @@ def _run(args, distribution=None):
     import keras
     import numpy as np
 
+    from keras_vit.commands import UsageError
     from keras_vit.data import load_digits_split
     from keras_vit.workflows.training import build_digits_classifier, train_classifier
 
-    (x_train, y_train), (x_test, y_test) = load_digits_split(seed=args.seed)
+    # What the flags ask of the devices and of the --init-from file, before the digits are read.
+    shards = _batch_shards(distribution)
+    if shards > 1 and args.batch_size % shards:
+        # JAX splits every batch evenly over the batch axis of the mesh.
+        raise UsageError(f"--batch-size must be divisible by the {shards} batch shards of the device mesh. "
+                         f"Received: --batch-size {args.batch_size}")
     image_size = args.image_size or (DIGITS_MODEL["image_size"] if args.variant is None else 32)
     pretrained = None
     if getattr(args, "init_from", None):
+        from keras_vit.utils.files import quote
         from keras_vit.workflows.pretraining import load_pretrained_backbone
 
-        if args.variant is not None:
-            print("error: --init-from takes its architecture from the file; drop --variant.")
-            return 2
         pretrained = load_pretrained_backbone(args.init_from)
         height, width, channels = pretrained.input_shape[1:]
         if height != width or channels != 1 or (args.image_size and args.image_size != height):
-            print(f"error: the pre-trained backbone takes {height}x{width}x{channels} images, but the "
-                  f"digits are square and grayscale{f' at {args.image_size}' if args.image_size else ''}. "
-                  "Pre-train on digits with `keras-vit pretrain`, or fine-tune on an image folder with "
-                  "`keras-vit finetune DATA_DIR --preset FILE.keras --image-size N`.")
-            return 2
+            raise UsageError(
+                f"--init-from {quote(args.init_from)}: the pre-trained backbone takes {height}x{width}x{channels} "
+                f"images, but the digits are square and grayscale{f' at {args.image_size}' if args.image_size else ''}. "
+                "Pre-train on digits with `keras-vit pretrain`, or fine-tune on an image folder with "
+                "`keras-vit finetune DATA_DIR --preset FILE.keras --image-size N`."
+            )
         image_size = height
+    (x_train, y_train), (x_test, y_test) = load_digits_split(seed=args.seed)
     if image_size != 8:
         x_train = np.asarray(keras.ops.image.resize(x_train, (image_size, image_size)))
         x_test = np.asarray(keras.ops.image.resize(x_test, (image_size, image_size)))
-    shards = _batch_shards(distribution)
     if shards > 1:
-        # JAX splits every batch evenly over the batch axis of the mesh: the
-        # last, smaller batch of each pass must divide too.
-        if args.batch_size % shards:
-            print(f"keras-vit train: error: --batch-size must be divisible by the {shards} batch shards "
-                  f"of the device mesh. Received: --batch-size {args.batch_size}", file=sys.stderr)
-            return 2
+        # The last, smaller batch of each pass must divide too.
         x_train, y_train = x_train[: len(x_train) // shards * shards], y_train[: len(y_train) // shards * shards]
         x_test, y_test = x_test[: len(x_test) // shards * shards], y_test[: len(y_test) // shards * shards]
     if pretrained is not None:

@@ -354,6 +354,9 @@ def finetune(
     check_not_nested(run_dir, {"data directory": data_dir, "validation directory": validation_dir,
                                "pre-trained model": preset_path}, "run_dir")
     augment = augment or AugmentPolicy()
+    if output is None and verbose:  # said after the checks, so a refused run prints only its error
+        print("No output (--output): the fine-tuned model will not be saved"
+              + (", and no checkpoints are written." if run_dir is None else "."))
 
     # Class names first (a cheap directory listing), so the head has the right size.
     class_names = sorted(name for name in os.listdir(data_dir)

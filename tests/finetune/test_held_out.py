@@ -78,3 +78,21 @@ def test_the_command_line_names_the_flag_and_exits_2_before_training(tmp_path, m
     error = capsys.readouterr().err
     assert code == 2, error
     assert "--validation-dir" in error and "is the training folder" in error and "validation_dir" not in error
+
+
+def test_fewshot_on_the_command_line_refuses_before_loading_the_model(tmp_path, capsys):
+    # A model handle that does not exist: the refusal must come first, so the load is never reached.
+    data = write_folder(str(tmp_path / "photos"), classes=2, per_class=3)
+    code = cli.main(["fewshot", data, "--preset", str(tmp_path / "no_such_model.keras"), "--test-dir", data])
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert "--test-dir" in captured.err and "is the training folder" in captured.err
+    assert "no_such_model" not in captured.err and captured.out == ""
+
+
+def test_a_refused_finetune_prints_only_its_error(tmp_path, capsys):
+    # The "no output" note used to be printed before the workflow's checks, then the error.
+    data = write_folder(str(tmp_path / "photos"), classes=2, per_class=3)
+    code = cli.main(["finetune", data, "--variant", "ViT-Ti/16", "--validation-dir", data])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "", captured.out

@@ -69,4 +69,4 @@ def test_init_from_rejects_what_it_cannot_use(tmp_path, capsys):
     rgb.save(path)
     assert keras_vit.workflows.pretraining.load_pretrained_backbone(path).input_shape == (None, 8, 8, 3)
     assert cli.main(["train", "--init-from", path, "--epochs", "1"]) == 2
-    assert "takes 8x8x3 images" in capsys.readouterr().out
+    assert "takes 8x8x3 images" in capsys.readouterr().err

@@ -71,9 +71,9 @@ def test_predict_prints_top_classes(files, capsys):
 
 
 PREDICT_CASES = [
-    ("--top 0", ["photo.png", "--top", "0"], 2, "--top must be at least 1"),
-    ("--top -3", ["photo.png", "--top", "-3"], 2, "--top must be at least 1"),
-    ("--max-pixels 0", ["photo.png", "--max-pixels", "0"], 2, "--max-pixels must be positive"),
+    ("--top 0", ["photo.png", "--top", "0"], 2, "--top must be a positive integer"),
+    ("--top -3", ["photo.png", "--top", "-3"], 2, "--top must be a positive integer"),
+    ("--max-pixels 0", ["photo.png", "--max-pixels", "0"], 2, "--max-pixels must be a positive integer"),
     ("missing image", ["nowhere.png"], 2, "no such image file: "),
     ("text file as image", ["notes.png"], 1, "looks like a text file"),
     ("0-byte image", ["empty.jpg"], 1, "empty (0 bytes)"),
@@ -155,7 +155,7 @@ CONVERT_CASES = [
     ("unknown output format", ["{tmp}/x.onnx"], None, None, 2, "Cannot tell the output format"),
     ("bad --image-size", ["{tmp}/x.keras", "--image-size", "big"], None, None, 2, "--image-size must be N or HxW"),
     ("zero --image-size", ["{tmp}/x.keras", "--image-size", "0x224"], None, None, 2, "positive sizes"),
-    ("--num-heads 0", ["{tmp}/x.keras", "--num-heads", "0"], None, None, 2, "--num-heads must be positive"),
+    ("--num-heads 0", ["{tmp}/x.keras", "--num-heads", "0"], None, None, 2, "--num-heads must be a positive integer"),
     ("huggingface into a file", ["{tmp}/file.txt"], "--to", "huggingface", 2, "is not a directory"),
 ]
 
@@ -200,10 +200,13 @@ def test_presets_contradictory_filters(capsys):
 
 
 def test_argparse_errors_share_the_style(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["predict", "photo.png", "--top", "many", "--preset", "x"])
-    assert exit_info.value.code == 2
-    assert "keras-vit predict: error: argument --top: invalid int value" in capsys.readouterr().err
+    # A value refused while parsing, and argparse's own refusals (an unknown choice, a missing argument).
+    code, _, err = run_cli(["predict", "photo.png", "--top", "many", "--preset", "x"], capsys)
+    assert_error_style("predict", code, err, 2, "--top must be a positive integer. Received: --top many")
+    code, _, err = run_cli(["export", "m.keras", "--format", "tflite", "--out", "x"], capsys)
+    assert_error_style("export", code, err, 2, "argument --format: invalid choice: 'tflite'")
+    code, _, err = run_cli(["predict", "photo.png"], capsys)
+    assert_error_style("predict", code, err, 2, "the following arguments are required: --preset")
 
 
 def test_debug_shows_the_traceback(capsys, monkeypatch):
