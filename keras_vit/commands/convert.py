@@ -68,7 +68,10 @@ def _same_file(a, b):
 
 
 def check_destination(source, destination, target):
-    """Refuse, before any work, an output that would overwrite the source or cannot be written.
+    """Claim the output before any work: refuse one that would overwrite the source or cannot be written.
+
+    Returns:
+        The `keras_vit.utils.files.Destination` the conversion writes.
 
     Raises:
         UsageError: naming the path and the fix.
@@ -99,41 +102,31 @@ def check_destination(source, destination, target):
                 check_writable(output)
             except ValueError as error:
                 raise UsageError(str(error)) from None
-    if target == "huggingface":
-        from keras_vit.convert.huggingface import HUGGINGFACE_FILES, HUGGINGFACE_KIND
-        from keras_vit.utils.files import check_writable_names
-
-        # Beside a user's files is fine; over one of theirs (another model's config.json) is not.
-        check_writable_names(destination, HUGGINGFACE_FILES, HUGGINGFACE_KIND, "destination")
     if target == "huggingface" and not os.path.isdir(destination):
         parent = os.path.dirname(os.path.abspath(destination))
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             raise UsageError(f"Cannot create {quote(destination)}: its parent directory {quote(parent)} does not "
                              "exist or is not writable.")
+    from keras_vit.utils.files import claim
+
+    if target == "huggingface":
+        from keras_vit.convert.huggingface import HUGGINGFACE_FILES, HUGGINGFACE_KIND
+
+        # Beside a user's files is fine (they are kept); over one of theirs (another model's config.json) is not.
+        return claim(destination, HUGGINGFACE_KIND, inputs={"source": source}, argument="destination",
+                     reserved=HUGGINGFACE_FILES)
+    kind = {"keras": "keras", "weights": "weights", "timm": "safetensors"}[target]
+    return claim(destination, kind, inputs={"source": source}, argument="destination")
 
 
 def save_model_file(model, path, weights_only=False):
-    """`model.save` / `model.save_weights` through `atomic_write`: the old file or the new one, never half.
+    """`model.save` / `model.save_weights` through keras_vit's writer: the old file or the new one, never half.
 
-    Keras insists on the file name's suffix, so it writes into a temporary
-    directory beside `path`; the result is then copied into the atomic write.
+    `path` is a path or the destination `check_destination` claimed.
     """
-    import os
-    import shutil
-    import tempfile
+    from keras_vit.utils.files import save_model
 
-    from keras_vit.utils import atomic_write
-
-    suffix = ".weights.h5" if weights_only else ".keras"
-    directory = os.path.dirname(os.path.abspath(path))
-    with tempfile.TemporaryDirectory(prefix=".keras-vit-", dir=directory) as staging:
-        staged = os.path.join(staging, "model" + suffix)
-        if weights_only:
-            model.save_weights(staged)
-        else:
-            model.save(staged)
-        with atomic_write(path) as handle, open(staged, "rb") as source:
-            shutil.copyfileobj(source, handle, 1 << 20)
+    save_model(model, path, weights_only=weights_only)
 
 
 def _load_source(args, image_size, overrides):
@@ -160,7 +153,7 @@ def run(args):
         raise UsageError(f"no such checkpoint: {args.source}")
     target = _destination_format(args.destination, args.to)
     image_size = args.image_size  # N or (H, W), checked while parsing
-    check_destination(args.source, args.destination, target)
+    destination = check_destination(args.source, args.destination, target)
     overrides = {}
     if args.num_heads is not None:
         overrides["num_heads"] = args.num_heads
@@ -172,14 +165,14 @@ def run(args):
     print(f"Loaded {type(model).__name__} from {args.source}: {model.count_params():,} parameters, "
           f"image size {model.input_shape[1]}x{model.input_shape[2]}.")
     if target == "keras":
-        save_model_file(model, args.destination)
+        save_model_file(model, destination)
     elif target == "weights":
-        save_model_file(model, args.destination, weights_only=True)
+        save_model_file(model, destination, weights_only=True)
         print("Rebuild the architecture with `keras_vit.convert.load_checkpoint(SOURCE)` (or from the "
               "model's get_config()) before `load_weights`.")
     elif target == "timm":
         export_timm(model, args.destination)
     else:
-        export_huggingface(model, args.destination)
+        export_huggingface(model, destination)
     print(f"Wrote {args.destination} ({target}).")
     return 0

@@ -34,18 +34,26 @@ def add_arguments(parser):
     parser.add_argument("--batch-size", action=PositiveInt, default=DEFAULT_BATCH, help=f"images per pass (default: {DEFAULT_BATCH})")
 
 
-def _check_out(out):
-    from keras_vit.commands import UsageError
-    from keras_vit.utils import check_writable
-    from keras_vit.utils.files import quote
+FIGURE7_FILES = ("figure7.png", "figure7.json")
 
-    if os.path.exists(out):
-        if not os.path.isdir(out):
-            raise UsageError(f"--out {quote(out)} exists and is not a directory; give a directory for the figures.")
-        if not os.access(out, os.W_OK):
-            raise UsageError(f"--out {quote(out)} is not writable.")
-    else:
-        check_writable(out)  # its parent must exist and be writable
+
+def _output_names(paths):
+    """Every file explain writes for `paths`: two figures per image, then Figure 7 and its numbers."""
+    return [f"{name}_{figure}.png" for name in _names(paths) for figure in ("rollout", "attention")] + list(FIGURE7_FILES)
+
+
+def _claim_out(args):
+    """The output directory, claimed before any work: never over an input, nor over a file of the user's."""
+    from keras_vit.commands import UsageError
+    from keras_vit.utils.files import check_writable, claim, quote
+
+    if os.path.exists(args.out) and not os.access(args.out, os.W_OK):
+        raise UsageError(f"--out {quote(args.out)} is not writable.")
+    if not os.path.lexists(args.out):
+        check_writable(args.out, "out")  # its parent must exist and be writable
+    source = args.model if args.model is not None else args.preset
+    inputs = {"image": list(args.images), "model": source if os.path.exists(source) else None}
+    return claim(args.out, "figures", inputs=inputs, names=_output_names(args.images), argument="out")
 
 
 def _check_arguments(args):
@@ -59,11 +67,12 @@ def _check_arguments(args):
     from keras_vit.presets import check_model_handle
 
     check_model_handle(args.model or args.preset)  # a missing or damaged model file, before any work
-    _check_out(args.out)
+    destination = _claim_out(args)
     try:
         require_matplotlib()
     except ImportError as error:
         raise ValueError(str(error)) from None
+    return destination
 
 
 def _load_model(args):
@@ -128,26 +137,22 @@ def _prediction(model, images):
 
 def run(args):
     import dataclasses
-    import json
 
     import keras
     import numpy as np
 
     from keras_vit import inspection
-    from keras_vit.utils import atomic_write
 
-    _check_arguments(args)
+    destination = _check_arguments(args)
     model = _load_model(args)
     backbone = inspection.backbone_of(model)
     images = _load_images(args.images, backbone)
     names = _names(args.images)
-    os.makedirs(args.out, exist_ok=True)
     written = []
 
     def save(figure, file_name):
-        path = os.path.join(args.out, file_name)
-        inspection.save_figure(figure, path)
-        written.append(path)
+        inspection.save_figure(figure, destination, file_name)
+        written.append(os.path.join(args.out, file_name))
 
     progress = keras.utils.Progbar(len(images), unit_name="image") if len(images) > 1 else None
     distance_sum, first_maps = 0.0, None
@@ -178,10 +183,8 @@ def run(args):
                            f"({len(images)} image(s))"),
          "figure7.png")
     numbers = {"model": args.model or args.preset, "images": list(args.images), **panels.to_dict()}
-    path = os.path.join(args.out, "figure7.json")
-    with atomic_write(path, "w") as file:
-        json.dump(numbers, file, indent=2)
-    written.append(path)
+    destination.save_json("figure7.json", numbers, indent=2)
+    written.append(os.path.join(args.out, "figure7.json"))
 
     per_block = distances.mean(axis=1)
     print(f"Mean attention distance (pixels, mean over heads): first block {per_block[0]:.2f}, "

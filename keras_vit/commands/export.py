@@ -39,14 +39,17 @@ def run(args):
     from keras_vit.workflows.export import check_export, check_export_directory, export_model
 
     # Before the model loads (which may download): the paths, then what this backend can export.
-    check_export_directory(args.out, "out")
+    import os
+
+    inputs = {"model": args.model} if os.path.exists(args.model) else None
+    destination = check_export_directory(args.out, "out", inputs=inputs)
     check_model_handle(args.model)
     try:
         check_export(args.format)
     except ValueError as error:
         raise UsageError(str(error)) from error
     model = load_model(args.model, backbone=args.backbone)
-    document = export_model(model, args.out, format=args.format, check=args.check)
+    document = export_model(model, destination, format=args.format, check=args.check)
     summary = {key: document[key] for key in ("format", "model", "outputs", "max_difference") if key in document}
     print(f"exported to {args.out}: {json.dumps(summary)}")
     return 0

@@ -12,26 +12,23 @@ def add_arguments(parser):
 
 
 def run(args):
-    from keras_vit.commands import UsageError
+    import os
+
     from keras_vit.commands.export import load_model
     from keras_vit.presets.keras_vit_format import PRESET_KIND
-    from keras_vit.utils.files import check_replaceable, check_writable
+    from keras_vit.utils.files import claim
     from keras_vit.workflows.quantization import quantize_model
     from keras_vit.workflows.training import save_model
 
     as_file = args.out.lower().endswith(".keras")
-    # Before the model loads: a preset directory is written only where it replaces nothing of the user's.
-    if as_file:
-        try:
-            check_writable(args.out)
-        except ValueError as error:
-            raise UsageError(str(error)) from error
-    else:
-        check_replaceable(args.out, PRESET_KIND, "out")
+    # Before the model loads: never over the model being read (under any spelling), and a preset directory
+    # only where it replaces nothing of the user's.
+    inputs = {"model": args.model} if os.path.exists(args.model) else None
+    destination = claim(args.out, "keras" if as_file else PRESET_KIND, inputs=inputs, argument="out")
     model = quantize_model(load_model(args.model, backbone=args.backbone, purpose="keras-vit quantize"))
     if as_file:
-        save_model(model, args.out)
+        save_model(model, destination)
     else:
-        model.save_to_preset(args.out)
+        model.save_to_preset(destination.path)
     print(f"saved the int8 model ({len(model.quantized_layers())} quantized layers) to {args.out}")
     return 0

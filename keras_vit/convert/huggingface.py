@@ -14,8 +14,7 @@ import numpy as np
 
 from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
-from keras_vit.utils import atomic_write
-from keras_vit.utils.files import check_writable_names, mark_directory
+from keras_vit.utils.files import Destination, claim, write_json_file
 
 # ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / STD).
 HF_DEFAULT_MEAN = (0.5, 0.5, 0.5)
@@ -324,9 +323,11 @@ def export_huggingface(model, directory):
         model: `ViTClassifier` or `ViTBackbone` with a layout Hugging Face's
             ViT can express (class token, no registers or LayerScale,
             token pooling, no representation layer).
-        directory: str or path-like. Created if needed. Other files in it
-            are left alone; one of the three names that keras_vit did not
-            write there is refused before anything is written.
+        directory: str or path-like, or a `keras_vit.utils.files.Destination`
+            a command claimed. Created if needed; the three files replace
+            the old ones in one step (a directory swap). Other files in it
+            are kept; one of the three names holding a file keras_vit did
+            not write there is refused before anything is written.
 
     Returns:
         The `config.json` dict that was written.
@@ -395,15 +396,14 @@ def export_huggingface(model, directory):
         "image_mean": mean,
         "image_std": std,
     }
-    # Beside a user's other files (a README) is fine; over a file of the same name that keras_vit
-    # did not write (another model's config.json) is not.
-    check_writable_names(directory, HUGGINGFACE_FILES, HUGGINGFACE_KIND, "directory")
-    os.makedirs(directory, exist_ok=True)
-    # Each file is written whole (temporary name, then rename): a failure
-    # never leaves a half-written file behind.
-    for name, document in (("config.json", config), ("preprocessor_config.json", processor)):
-        with atomic_write(os.path.join(directory, name), "w") as handle:
-            json.dump(document, handle, indent=2)
-    write_safetensors(os.path.join(directory, "model.safetensors"), out, metadata={"format": "pt"})
-    mark_directory(directory, HUGGINGFACE_KIND, HUGGINGFACE_FILES)
+    # Beside a user's other files (a README) is fine: they are carried into the new directory. Over a
+    # file of the same name that keras_vit did not write (another model's config.json) is not.
+    if not isinstance(directory, Destination):
+        directory = claim(directory, HUGGINGFACE_KIND, argument="directory", reserved=HUGGINGFACE_FILES)
+    # The three files are built in a staging directory and swapped in together: a kill leaves the old
+    # directory or the new one, never one model's config beside another's weights.
+    with directory.directory() as staging:
+        for name, document in (("config.json", config), ("preprocessor_config.json", processor)):
+            write_json_file(os.path.join(staging, name), document, indent=2)
+        write_safetensors(os.path.join(staging, "model.safetensors"), out, metadata={"format": "pt"})
     return config

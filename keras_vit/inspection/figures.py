@@ -7,10 +7,12 @@ the caller made. `save_figure` writes a PNG atomically. Nothing here uses
 pyplot's global state, so figures can be made from threads and servers.
 """
 
+import os
+
 import numpy as np
 
 from keras_vit.inspection.attention import upsample
-from keras_vit.utils import atomic_write
+from keras_vit.utils.files import Destination, claim
 
 PLOT_EXTRA_HINT = "pip install matplotlib"
 
@@ -32,19 +34,22 @@ def _figure(figsize, dpi):
     return require_matplotlib()(figsize=figsize, dpi=dpi, layout="constrained")
 
 
-def save_figure(figure, path):
-    """Write `figure` as a PNG to `path` atomically, at the figure's own size.
+def save_figure(figure, path, name=None):
+    """Write `figure` as a PNG atomically, at the figure's own size, through keras_vit's writer.
 
     Args:
         figure: `matplotlib.figure.Figure`.
-        path: str or path-like, a `.png` file; its directory must exist.
+        path: str or path-like, a `.png` file whose directory exists; or a
+            `keras_vit.utils.files.Destination` a command claimed, with the
+            `name` it claimed there.
+        name: str or `None`. The file's name inside a claimed directory.
 
     Returns:
-        `path`.
+        The path written.
     """
-    with atomic_write(path, "wb") as file:
-        figure.savefig(file, format="png", dpi=figure.dpi)
-    return path
+    destination = path if isinstance(path, Destination) else claim(path, "file")
+    destination.save_figure(name, figure)
+    return destination.path if name is None else os.path.join(destination.path, name)
 
 
 def display_image(image):

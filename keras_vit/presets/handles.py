@@ -24,7 +24,7 @@ from keras_vit.presets import hub
 from keras_vit.presets.formats import READ_FORMATS, detect_config_format
 from keras_vit.presets.registry import PRESETS
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import quote, read_json_object, recover_directory
+from keras_vit.utils.files import quote, read_json_object
 
 
 def describe_handles():
@@ -38,8 +38,6 @@ def resolve(handle):
     if not isinstance(handle, (str, os.PathLike)):
         raise ValueError(f"A preset handle is {describe_handles()}. Received: {handle!r}")
     handle = os.fspath(handle)
-    if not handle.startswith(("hf://", "kaggle://")):
-        recover_directory(handle)  # a preset save killed between its two renames (no atomic exchange)
     if handle in PRESETS:
         if os.path.exists(handle):
             # A bare name that is both: neither reading may win silently.

@@ -27,7 +27,6 @@ import hashlib
 import os
 import re
 import socket
-import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -270,9 +269,10 @@ def _translate_error(error, repo_id, filename, revision, offline=False):
 def _writable_problem(root):
     """`None` if files can be created under `root` (made if missing), else the OS's reason."""
     try:
-        os.makedirs(root, exist_ok=True)
-        # os.access says yes to root on a read-only mount; a real file settles it.
-        tempfile.TemporaryFile(dir=root).close()
+        from keras_vit.utils.files import make_directory, probe_writable
+
+        make_directory(root)
+        probe_writable(root)
     except OSError as error:
         return f"{type(error).__name__}: {error.strerror or error}"
     return None
@@ -371,9 +371,9 @@ def _check_sha256(path, expected, repo_id, filename, revision, root):
     # The cache names a large file's blob by the SHA-256 the hub announced: if that is
     # the expected one, the bytes were damaged on the way or on disk, so drop them.
     if os.path.basename(real) == expected.lower() and _inside(real, root):
-        for stale in (path, real):
-            if os.path.lexists(stale):
-                os.remove(stale)
+        from keras_vit.utils.files import remove_damaged_download
+
+        remove_damaged_download(path, root)
         cause = "the cached copy is damaged; it was removed from the cache. Try again"
     else:
         cause = ("the file on the hub is not the one keras_vit expects (the repository changed). "

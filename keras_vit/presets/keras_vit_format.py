@@ -18,9 +18,8 @@ import keras
 import numpy as np
 
 from keras_vit.convert.io import CONFIG_FILE
-from keras_vit.utils import atomic_directory
 from keras_vit.utils.checks import check_weights_file
-from keras_vit.utils.files import check_replaceable, quote, read_json_object, recover_directory
+from keras_vit.utils.files import claim, quote, read_json_object, write_json_file, write_model_file
 
 WEIGHTS_FILE = "model.weights.h5"
 METADATA_FILE = "metadata.json"
@@ -204,18 +203,16 @@ def save_to_preset(model, directory, **metadata):
     directory = os.fspath(directory)
     _check_json_metadata(info)
     # Only a directory keras_vit wrote as a preset is replaced: a user's own
-    # files (a config.json of another project, notes, data) are never touched.
-    recover_directory(directory)
-    check_replaceable(directory, PRESET_KIND, "directory")
+    # files (a config.json of another project, notes, data, a model card they
+    # edited) are never touched.
+    destination = claim(directory, PRESET_KIND, argument="directory")
     if os.path.isdir(directory):
         _warn_if_another_model(directory, document)
-    with atomic_directory(directory, PRESET_KIND) as staging:
-        with open(os.path.join(staging, CONFIG_FILE), "w", encoding="utf-8") as file:
-            json.dump(document, file, indent=2, default=_json_default)
+    with destination.directory() as staging:
+        write_json_file(os.path.join(staging, CONFIG_FILE), document, indent=2, default=_json_default)
         with optimizer_set_aside(model):  # the model's weights only, not the optimizer's state
-            model.save_weights(os.path.join(staging, WEIGHTS_FILE))
-        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as file:
-            json.dump(info, file, indent=2, default=_json_default)
+            write_model_file(model, os.path.join(staging, WEIGHTS_FILE), weights_only=True)
+        write_json_file(os.path.join(staging, METADATA_FILE), info, indent=2, default=_json_default)
 
 
 def load_preset_directory(path, *, load_weights=True, where=None, **options):
@@ -229,7 +226,6 @@ def load_preset_directory(path, *, load_weights=True, where=None, **options):
 
 def load_keras_vit(directory, load_weights, where):
     """Read a keras_vit preset directory into a model."""
-    recover_directory(directory)  # a save killed between its two renames (systems without an exchange)
     config_path = os.path.join(directory, CONFIG_FILE)
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE if load_weights else None) if name

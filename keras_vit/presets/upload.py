@@ -12,8 +12,7 @@ import os
 
 from keras_vit.presets import hub
 from keras_vit.presets.keras_vit_format import PRESET_KIND
-from keras_vit.utils import atomic_write
-from keras_vit.utils.files import mark_directory
+from keras_vit.utils.files import check_no_links, claim, staged_upload
 
 CARD_FILE = "README.md"
 PRESET_FILES = ("config.json", "model.weights.h5", "metadata.json")
@@ -160,7 +159,8 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
     (`README.md`: variant, size, parameter count, class names, training facts
     from `metadata.json`, license, `library_name: keras_vit`) is written into
     the directory when it has none; an existing `README.md` is uploaded as it
-    is. Only the preset files and the card are sent, in one commit.
+    is. Only the preset files and the card are sent, in one commit, from a
+    private copy; a file that is a symbolic link is refused, never followed.
 
     Args:
         directory: str or path-like. The preset directory.
@@ -188,21 +188,24 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
     if hub.offline_mode():
         raise ConnectionError(f"Offline: HF_HUB_OFFLINE is set, so {handle} cannot be uploaded. Unset it and try again.")
     directory = os.path.abspath(os.fspath(directory))
+    # A link would send the file it points to (`ln -s ~/.ssh/id_rsa README.md`): refused before anything is read.
+    check_no_links(directory, [*PRESET_FILES, CARD_FILE])
     model, document, metadata = _check_preset(directory)
     card = os.path.join(directory, CARD_FILE)
-    if not os.path.exists(card):
-        with atomic_write(card, "w") as file:
-            file.write(model_card(model, document, metadata, repo_id, license=license))
-        # The card is ours: a later save_to_preset into this directory may replace it.
-        mark_directory(directory, PRESET_KIND, [CARD_FILE])
+    if not os.path.lexists(card):
+        # Recorded with its digest: a later save_to_preset may replace this card while it is as written,
+        # never once the user has edited it.
+        claim(directory, PRESET_KIND, names=[CARD_FILE], argument="directory").save_text(
+            CARD_FILE, model_card(model, document, metadata, repo_id, license=license))
     api = _hub_api(token)
     try:
         api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
-        info = api.upload_folder(
-            repo_id=repo_id, repo_type="model", folder_path=directory,
-            allow_patterns=[*PRESET_FILES, CARD_FILE],
-            commit_message=commit_message or "Upload keras_vit preset",
-        )
+        with staged_upload(directory, [*PRESET_FILES, CARD_FILE], required=PRESET_FILES) as staging:
+            info = api.upload_folder(
+                repo_id=repo_id, repo_type="model", folder_path=staging,
+                allow_patterns=[*PRESET_FILES, CARD_FILE],
+                commit_message=commit_message or "Upload keras_vit preset",
+            )
     except ImportError:
         raise
     except Exception as error:

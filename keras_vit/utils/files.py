@@ -1,44 +1,537 @@
-"""Writes that lose nothing, and never touch what keras_vit did not write.
+"""The one writer: every file keras_vit writes, renames or removes goes through this module.
 
-Every file keras_vit writes goes through `atomic_write` (one file) or
-`atomic_directory` (a directory of files, e.g. a preset): the content is
-written under a temporary name in the same directory, flushed to disk, and
-renamed into place, which POSIX and Windows make atomic within a filesystem.
+A command or workflow never writes a file itself. At its start it *claims*
+each output, naming its inputs:
 
-A directory keras_vit writes carries a marker, `.keras_vit.json`, that names
-the kind of directory (`"preset"`, `"run"`, `"checkpoint"`, ...) and the
-entries keras_vit wrote in it. An existing directory is replaced only when
-everything in it is ours and of the same kind (`check_replaceable`); files are
-written into an existing directory only under names that are free or ours
-(`check_writable_names`). Anything else is refused before any work, with a
-message that names the path and the argument to change: keras_vit never
-deletes or overwrites a file it did not write.
+    destination = claim(args.out, "keras", inputs={"model": args.model}, argument="out")
+    ...  # the long work
+    save_model(model, destination)
 
-A directory is replaced by swapping it with the finished new one in one step
-(Linux's `renameat2(RENAME_EXCHANGE)`), so a kill at any instruction leaves
-the old or the new directory at the path. Where the system has no exchange,
-the old directory is moved aside first; if the process dies before the new one
-is in place, the next save or load moves the old one back
-(`recover_directory`). Leftover staging and retired directories of ours are
-removed by the next save.
+and the claim refuses, before any work, what would lose a user's file:
+
+- an output that is, contains or lies inside an input of the same command,
+  after links and `..` are resolved (`./sub/../m.keras` is `m.keras`);
+- a directory that holds files keras_vit did not write there, where the
+  output would replace them, and names taken by such files.
+
+**Ownership is by content.** A directory keras_vit writes carries a marker,
+`.keras_vit.json`, that names its kind (`"preset"`, `"run"`,
+`"checkpoint"`, ...) and each entry keras_vit wrote with the SHA-256 of what
+it wrote. An entry is ours only while its content is what we wrote: a file
+the user edited (a model card) or added is theirs, and is never replaced or
+deleted. (Markers written before content hashes, a list of names, still own
+those names.)
+
+**A directory is replaced in one step.** It is built under a staging name
+beside it and exchanged with the old one by Linux's
+`renameat2(RENAME_EXCHANGE)`, so a kill at any instruction leaves the old or
+the new directory at the path, never a mix. Where a kind keeps the user's
+files (a Hugging Face directory beside a user's README, a checkpoint with a
+user's notes), those files are carried into the new directory as hard links
+before the exchange. Where no exchange exists, the old directory is moved
+aside first; if the process dies before the new one is in place, the next
+save of that path moves it back.
+
+**Staging is private and cleaned only when provably abandoned.** Staging,
+retired and temporary names are `.NAME.keras_vit-HOST-PID-RANDOM.ROLE`:
+the process id, a tag of the host and a random part, so no user and no
+other process picks the same name. A leftover is removed (and only its
+content that keras_vit wrote) when its host is this one and its process is
+no longer alive, and only by a save of the same path, never by a load.
+
+**Links are not followed out of a directory.** A file read for upload is
+opened without following links; a link is refused by name.
+
+**Modes follow the umask**: new files get `0o666 & ~umask`, directories
+`0o777 & ~umask`; a replaced file keeps its mode.
+
+**Jobs of many processes**: process 0 writes; the others take part in a
+save where Keras needs every process (a multi-process JAX or TensorFlow
+job) and discard what they wrote (`_job_role`, the one place that asks the
+job).
 """
 
 import contextlib
 import ctypes
 import errno
+import hashlib
 import json
 import os
+import re
+import secrets
 import shlex
 import shutil
+import socket
 import sys
 import tempfile
+import warnings
 
 from keras_vit.utils.errors import ArgumentError
+
+MARKER = ".keras_vit.json"
+# Kinds written as one file; every other kind is a directory.
+FILE_KINDS = ("keras", "weights", "safetensors", "file")
+# Directory kinds whose replacement keeps the user's files in them (carried into the new directory);
+# the others refuse a directory that holds anything keras_vit did not write there.
+KEEPS_USERS_FILES = ("huggingface", "checkpoint")
+# The marker's value for an entry that is a directory with a marker of its own (a run's `backup/`).
+MARKED_DIRECTORY = "marked-directory"
+_CHUNK = 1 << 20
+
+
+# === Names, processes, modes ===
+
+
+def _host_tag():
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+_PRIVATE = re.compile(r"^\.(?P<base>.+)\.keras_vit-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{8}\."
+                      r"(?P<role>incoming|old|tmp)(?:\..*)?$")
+
+
+def _private_name(base, role, suffix=""):
+    """`.BASE.keras_vit-HOST-PID-RANDOM.ROLE[SUFFIX]`: a name no user picks and no other process shares."""
+    return f".{base}.keras_vit-{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.{role}{suffix}"
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def _abandoned(name, base):
+    """True if `name` is a private name of ours for `base` whose process, on this host, has ended."""
+    match = _PRIVATE.match(name)
+    if match is None or match["base"] != base or match["host"] != _host_tag():
+        return False
+    pid = int(match["pid"])
+    return pid != os.getpid() and not _process_alive(pid)
+
+
+def _umask():
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)  # read it the portable way (briefly set, then restored)
+    os.umask(umask)
+    return umask
+
+
+def _new_file_mode(path=None):
+    """The mode of the file being replaced at `path`, or what the umask gives a new file."""
+    if path is not None:
+        try:
+            return os.stat(path).st_mode & 0o7777
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+    return 0o666 & ~_umask()
+
+
+def _job_role():
+    """`(writes, takes_part)`: this process writes the files; or it only takes part in a collective save.
+
+    The one place that asks the job about its processes: process 0 writes;
+    the others take part where Keras saves collectively (a multi-process JAX
+    or TensorFlow job) and discard what they wrote.
+    """
+    from keras_vit.distribution import processes  # above utils: asked lazily, only when saving
+
+    if processes.is_chief():
+        return True, False
+    return False, processes.saving_is_collective()
+
+
+# === Ownership ===
+
+
+def digest_of(path):
+    """SHA-256 of a regular file, or of a directory tree (names, kinds, contents); `None` for a link."""
+    if os.path.islink(path):
+        return None
+    digest = hashlib.sha256()
+    if os.path.isdir(path):
+        for directory, directories, files in os.walk(path):
+            directories.sort()
+            for name in sorted(directories + files):
+                entry = os.path.join(directory, name)
+                relative = os.path.relpath(entry, path)
+                if name == MARKER and directory == path:
+                    continue
+                part = "link" if os.path.islink(entry) else ("dir" if os.path.isdir(entry) else digest_of(entry))
+                digest.update(f"{relative}\0{part}\0".encode())
+        return "tree:" + digest.hexdigest()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_marker(directory):
+    """`(kind, entries)` of the marker in `directory` (entries: `{name: digest}`), or `(None, {})`.
+
+    A marker written before content hashes lists names only: each gets the
+    digest `None` (owned by name).
+    """
+    try:
+        with open(os.path.join(directory, MARKER), encoding="utf-8") as file:
+            marker = json.load(file)
+    except (OSError, ValueError):
+        return None, {}
+    if not isinstance(marker, dict) or marker.get("writer") != "keras_vit":
+        return None, {}
+    entries = marker.get("entries", {})
+    if isinstance(entries, list):
+        entries = {name: None for name in entries if isinstance(name, str)}
+    elif not isinstance(entries, dict):
+        entries = {}
+    return marker.get("kind"), entries
+
+
+def _owns(directory, name, entries):
+    """True if `directory/name` holds what keras_vit recorded writing there."""
+    if name not in entries:
+        return False
+    path = os.path.join(directory, name)
+    recorded = entries[name]
+    if recorded is None:  # an old marker: by name
+        return True
+    if recorded == MARKED_DIRECTORY:
+        return os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None
+    try:
+        return digest_of(path) == recorded
+    except OSError:
+        return False
+
+
+def foreign_entries(directory, kind):
+    """Entries of an existing `directory` that keras_vit did not write there as a `kind` directory.
+
+    An entry we wrote whose content changed since (an edited model card) is
+    the user's, and is listed.
+    """
+    names = set(os.listdir(directory)) - {MARKER}
+    marked_kind, entries = read_marker(directory)
+    if marked_kind != kind:
+        return sorted(names)
+    return sorted(name for name in names if not _owns(directory, name, entries))
+
+
+def mark_directory(directory, kind, names):
+    """Record that keras_vit wrote `names` (inside `directory`) as a `kind` directory, with their digests.
+
+    Entries recorded before for the same kind are kept.
+    """
+    previous_kind, entries = read_marker(directory)
+    entries = dict(entries) if previous_kind == kind else {}
+    for name in names:
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None:
+            entries[name] = MARKED_DIRECTORY
+        elif os.path.lexists(path):
+            entries[name] = digest_of(path)
+        # A name not written yet is not recorded: whoever writes it first owns it.
+    _write_marker(directory, {"writer": "keras_vit", "kind": kind, "entries": dict(sorted(entries.items()))})
+
+
+def _write_marker(directory, document):
+    with atomic_write(os.path.join(directory, MARKER), "w") as file:
+        json.dump(document, file, indent=1)
+
+
+# === Checks made before any work ===
+
+
+def check_not_nested(output, others, argument=None):
+    """Refuse an output that is, contains, or lies inside one of `others` (`{what: path or paths}`).
+
+    Links and `..` are resolved first, so `./sub/../m.keras` and a link to
+    `m.keras` are `m.keras`.
+
+    Raises:
+        ArgumentError: e.g. "`output` ... is the model ...".
+    """
+    if output is None:
+        return
+    mine = os.path.realpath(os.fspath(output))
+    for what, paths in dict(others).items():
+        for other in [paths] if isinstance(paths, (str, os.PathLike)) or paths is None else paths:
+            if other is None:
+                continue
+            theirs = os.path.realpath(os.fspath(other))
+            if mine == theirs:
+                relation = "is"
+            elif theirs.startswith(mine.rstrip(os.sep) + os.sep):
+                relation = "contains"
+            elif mine.startswith(theirs.rstrip(os.sep) + os.sep):
+                relation = "lies inside"
+            else:
+                continue
+            raise ArgumentError(f"{{name}} {quote(output)} {relation} the {what} {quote(other)}; writing it would "
+                                "replace or mix with what the command reads. Choose a path outside it.", argument)
+
+
+def check_replaceable(path, kind, argument=None, names=()):
+    """Refuse, before any work, to replace directory `path` where that would replace a user's file.
+
+    A missing path or an empty directory may be written; so may a directory
+    whose marker says it is a `kind` directory and that holds nothing else.
+    For a kind that keeps the user's files (`KEEPS_USERS_FILES`), only the
+    `names` the new directory needs must be free or ours.
+
+    Raises:
+        ArgumentError: naming the path, the files that are not ours, and
+            the argument to change.
+    """
+    path = os.fspath(path)
+    if not os.path.lexists(path):
+        return
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise ArgumentError(f"{{name}} {quote(path)} exists and is not a directory; keras_vit writes a directory "
+                            "there. Choose another path.", argument)
+    foreign = foreign_entries(path, kind)
+    if kind in KEEPS_USERS_FILES:
+        taken = [name for name in foreign if name in names]
+        if taken:
+            raise ArgumentError(
+                f"{{name}} {quote(path)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
+                "overwrite them. Choose another directory, or move those files away.", argument)
+        return
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ArgumentError(
+            f"{{name}} {quote(path)} holds files keras_vit did not write there ({shown}); writing the {kind} "
+            "there would replace them. Choose a new or empty directory.", argument)
+
+
+def check_writable_names(directory, names, kind, argument=None):
+    """Refuse, before any work, to write `names` into `directory` where one of them is not ours.
+
+    Other files in the directory are left alone: only the names keras_vit is
+    about to write must be free, or hold what keras_vit wrote there (as a
+    `kind` directory).
+
+    Raises:
+        ArgumentError: naming the directory, the names taken and the argument.
+    """
+    directory = os.fspath(directory)
+    if not os.path.lexists(directory):
+        return
+    if not os.path.isdir(directory):
+        raise ArgumentError(f"{{name}} {quote(directory)} exists and is not a directory; give a directory.", argument)
+    marked_kind, entries = read_marker(directory)
+    taken = sorted(name for name in names if os.path.lexists(os.path.join(directory, name))
+                   and not (marked_kind == kind and _owns(directory, name, entries)))
+    if taken:
+        raise ArgumentError(
+            f"{{name}} {quote(directory)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
+            "overwrite them. Choose another directory, or move those files away.", argument)
+
+
+def check_writable(path, argument=None):
+    """Fail at once if file `path` cannot be written, before any long work.
+
+    Raises:
+        ArgumentError: `path` is a directory, or its parent directory is
+            missing or not writable; the message names the path and the fix.
+    """
+    path = os.fspath(path)
+    label = "{name} " if argument else ""
+    if os.path.isdir(path):
+        raise ArgumentError(f"{label}{quote(path)} is a directory; give a file name to write to.", argument)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ArgumentError(f"Cannot write {label}{quote(path)}: the directory {quote(parent)} does not exist. "
+                            "Create it first.", argument)
+    if not os.access(parent, os.W_OK):
+        raise ArgumentError(f"Cannot write {label}{quote(path)}: the directory {quote(parent)} is not writable.",
+                            argument)
+
+
+# === Destinations ===
+
+
+def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False):
+    """Check an output before any work and return the `Destination` that writes it.
+
+    Args:
+        path: str or path-like. The file or directory to write.
+        kind: str. `"keras"`, `"weights"`, `"safetensors"` or `"file"` for
+            one file; a directory kind otherwise (`"preset"`,
+            `"huggingface"`, `"export"`, `"checkpoint"`, `"run"`,
+            `"figures"`...), recorded in its marker.
+        inputs: dict `{what: path or list of paths}` the command reads;
+            an output that is, contains or lies inside one is refused.
+        argument: str or `None`. The argument that named `path` (`"out"`,
+            `"directory"`); errors name it (the command line shows its flag).
+        names: list of str or `None`. For a directory the command writes
+            files *into* (beside the user's own, e.g. figures or a run
+            directory): the names it writes, each free or ours. `None`
+            replaces the whole directory.
+        reserved: names the new directory will hold, for a kind that keeps
+            the user's files beside ours: each must be free or ours.
+        in_place: bool. The command is documented to update its input in
+            place: the overlap check is skipped. Defaults to `False`.
+
+    Returns:
+        A `Destination`.
+
+    Raises:
+        ArgumentError: naming the path, the problem and the argument.
+    """
+    return Destination(path, kind, inputs=inputs, argument=argument, names=names, reserved=reserved,
+                       in_place=in_place)
+
+
+class Destination:
+    """An output the writer checked: a file, a directory replaced whole, or names written into a directory.
+
+    Made by `claim`. Write with `file()` / `staged()` (one file), `directory()`
+    (a directory replaced in one step), or `file(name)` / `staged(name=)` /
+    `save_text` / `save_json` / `save_figure` (names into a directory); `remove(name)`
+    deletes an entry only while it holds what keras_vit wrote.
+    """
+
+    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False):
+        if path is None:
+            raise ArgumentError("{name} is required: give a path to write to.", argument)
+        self.path = os.path.abspath(os.fspath(path))
+        self.given = os.fspath(path)
+        self.kind = kind
+        self.argument = argument
+        self.names = None if names is None else list(names)
+        self.reserved = tuple(reserved)
+        if not in_place and inputs:
+            check_not_nested(self.given, inputs, argument)
+        if kind in FILE_KINDS:
+            if os.path.lexists(self.path) and os.path.isdir(self.path):
+                raise ArgumentError(f"{{name}} {quote(self.given)} is a directory; give a file name to write to.",
+                                    argument)
+            check_writable(self.given, argument)
+        elif self.names is not None:
+            check_writable_names(self.path, self.names, kind, argument)
+            if not os.path.lexists(self.path):
+                _check_parent(self.path, argument)
+        else:
+            check_replaceable(self.path, kind, argument, names=self.reserved)
+            if not os.path.lexists(self.path):
+                _check_parent(self.path, argument)
+
+    def __fspath__(self):
+        return self.path
+
+    def _target(self, name):
+        if self.kind in FILE_KINDS:
+            if name is not None:
+                raise ValueError(f"A {self.kind} destination is one file; it takes no name. Received: name={name!r}")
+            return self.path
+        if self.names is None or name not in self.names:
+            raise ValueError(f"{name!r} was not claimed in {quote(self.path)} (claimed: {self.names}).")
+        return os.path.join(self.path, name)
+
+    def _prepare(self, name):
+        if name is not None:
+            check_writable_names(self.path, [name], self.kind, self.argument)  # again: time passed since the claim
+            os.makedirs(self.path, exist_ok=True)
+        _clean_abandoned(self._target(name))
+
+    def _record(self, name):
+        if name is not None:
+            mark_directory(self.path, self.kind, [name])
+
+    @contextlib.contextmanager
+    def file(self, name=None, mode="wb"):
+        """A file object whose content replaces the file only when the block succeeds."""
+        self._prepare(name)
+        with atomic_write(self._target(name), mode) as file:
+            yield file
+        self._record(name)
+
+    @contextlib.contextmanager
+    def staged(self, name=None, suffix=""):
+        """A temporary path (ending in `suffix`) that is renamed onto the file when the block succeeds.
+
+        For writers that take a path (Keras insists on `.keras` /
+        `.weights.h5`); the temporary name is private to this process.
+        """
+        self._prepare(name)
+        with _staged_path(self._target(name), suffix) as temporary:
+            yield temporary
+        self._record(name)
+
+    def save_json(self, name, value, **options):
+        with self.file(name, "w") as file:
+            json.dump(value, file, **options)
+
+    def save_text(self, name, text):
+        with self.file(name, "w") as file:
+            file.write(text)
+
+    def save_figure(self, name, figure):
+        """A matplotlib figure as PNG, at its own size."""
+        with self.file(name, "wb") as file:
+            figure.savefig(file, format="png", dpi=figure.dpi)
+
+    def remove(self, name):
+        """Delete entry `name` if it holds what keras_vit wrote; a marked directory keeps the user's files in it.
+
+        Returns:
+            True if nothing of the entry is left.
+        """
+        path = self._target(name)
+        kind, entries = read_marker(self.path)
+        if kind != self.kind or not _owns(self.path, name, entries):
+            return not os.path.lexists(path)
+        if os.path.isdir(path) and not os.path.islink(path):
+            gone = remove_owned(path)
+        else:
+            os.remove(path)
+            gone = True
+        if gone:
+            _write_marker(self.path, {"writer": "keras_vit", "kind": kind, "entries": dict(entries)})
+        return gone
+
+    @contextlib.contextmanager
+    def directory(self):
+        """Build the directory under a private staging name, then exchange it with the old one in one step.
+
+        Yields:
+            str. The staging directory to write into. When the block
+            succeeds, what it holds is recorded as ours (with digests) and
+            swapped into place; the user's files of a kind that keeps them
+            are carried over; the old content that was ours is removed.
+            When it fails, the path keeps its old content.
+        """
+        if self.kind in FILE_KINDS or self.names is not None:
+            raise ValueError(f"{quote(self.path)} was claimed as a {self.kind} file or for names, not as a "
+                             "directory to replace.")
+        with _replaced_directory(self.path, self.kind, self.argument, self.reserved) as staging:
+            yield staging
+
+
+def _check_parent(path, argument):
+    parent = os.path.dirname(path)
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.access(parent, os.W_OK):
+        raise ArgumentError(f"Cannot create {{name}} {quote(path)}: {quote(parent)} is not writable.", argument)
+
+
+# === Writing one file ===
 
 
 @contextlib.contextmanager
 def atomic_write(path, mode="wb"):
-    """Open a temporary file that replaces `path` only when the block succeeds.
+    """Open a private temporary file that replaces `path` only when the block succeeds.
 
     Args:
         path: str or path-like. The destination. Its directory must exist.
@@ -56,16 +549,26 @@ def atomic_write(path, mode="wb"):
     if mode not in ("w", "wb"):
         raise ValueError(f"`mode` must be 'w' or 'wb'. Received: mode={mode!r}")
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
     check_writable(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    try:
-        # mkstemp makes the file owner-only; give it the mode a plain `open` would have.
-        os.chmod(temporary, _mode_for(path))
-        with os.fdopen(handle, mode) as file:
+    with _staged_path(path) as temporary:
+        with open(temporary, mode.replace("w", "x")) as file:  # created here, never an existing file
             yield file
             file.flush()
             os.fsync(file.fileno())
+
+
+@contextlib.contextmanager
+def _staged_path(path, suffix=""):
+    """A private temporary path beside `path`, renamed onto it when the block succeeds."""
+    directory, base = os.path.split(os.path.abspath(path))
+    temporary = os.path.join(directory, _private_name(base, "tmp", suffix))
+    mode = _new_file_mode(path)
+    try:
+        yield temporary
+        if not os.path.isfile(temporary):
+            raise FileNotFoundError(errno.ENOENT, "the writer left no file", temporary)
+        # Files made through a temporary name (mkstemp, Keras' zip writer) may not get the umask's mode.
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -73,153 +576,93 @@ def atomic_write(path, mode="wb"):
         raise
 
 
-def _mode_for(path):
-    """The permission bits of the file being replaced, or those the umask gives a new file."""
-    try:
-        return os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+def save_model(model, destination, weights_only=False):
+    """`model.save` (or `save_weights`) to a claimed destination, through a private temporary name.
 
-
-def read_json_object(path, where=None):
-    """The JSON object in `path`; a file that is not valid JSON or holds no object gets an error naming it.
+    A kill leaves the old file or the new one. In a job of several
+    processes, process 0 writes; the others take part in a collective save
+    into a directory that is then deleted.
 
     Args:
-        path: str. The file to read.
-        where: str or `None`. What the file belongs to (a preset handle, a
-            checkpoint), named in the error. Defaults to `None`.
-
-    Raises:
-        ValueError: the file is not UTF-8 JSON, or holds another value than
-            an object.
+        model: a `keras.Model`.
+        destination: a `Destination` (or a path, claimed here as a file).
+        weights_only: bool. `save_weights` instead of `save`.
     """
-    name = quote(path) + (f" (from {where})" if where else "")
-    try:
-        with open(path, encoding="utf-8") as file:
-            value = json.load(file)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise ValueError(f"{name} is not valid JSON ({error}).") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} must hold a JSON object. Received: {type(value).__name__}")
-    return value
-
-
-MARKER = ".keras_vit.json"
-
-
-def read_marker(directory):
-    """`(kind, entries)` of the marker in `directory`, or `(None, set())` without a readable one."""
-    try:
-        with open(os.path.join(directory, MARKER), encoding="utf-8") as file:
-            marker = json.load(file)
-        if isinstance(marker, dict) and marker.get("writer") == "keras_vit":
-            return marker.get("kind"), set(marker.get("entries", []))
-    except (OSError, ValueError):
-        pass
-    return None, set()
-
-
-def mark_directory(directory, kind, entries):
-    """Record that keras_vit wrote `entries` (names inside `directory`) as a directory of `kind`.
-
-    Entries already recorded for the same kind are kept; the marker itself
-    is written atomically.
-    """
-    previous_kind, previous = read_marker(directory)
-    entries = set(entries) | (previous if previous_kind == kind else set())
-    with atomic_write(os.path.join(directory, MARKER), "w") as file:
-        json.dump({"writer": "keras_vit", "kind": kind, "entries": sorted(entries)}, file, indent=1)
-
-
-def foreign_entries(directory, kind):
-    """Entries of an existing `directory` that keras_vit did not write as a directory of `kind`."""
-    names = set(os.listdir(directory)) - {MARKER}
-    marked_kind, ours = read_marker(directory)
-    return sorted(names if marked_kind != kind else names - ours)
-
-
-def check_replaceable(path, kind, argument=None):
-    """Refuse, before any work, to replace `path` unless keras_vit wrote all of it as a `kind` directory.
-
-    A missing path or an empty directory may be written; so may a directory
-    whose marker says it is a `kind` directory and that holds nothing else.
-
-    Args:
-        path: str or path-like. The directory to be written.
-        kind: str. What keras_vit writes there (`"preset"`, `"run"`...).
-        argument: str or `None`. The argument that named `path`
-            (`"output"`, `"run_dir"`); the command line shows its flag.
-
-    Raises:
-        ArgumentError: naming the path, the files that are not ours, and
-            the argument to change.
-    """
-    path = os.fspath(path)
-    if not os.path.lexists(path):
+    writes, takes_part = _job_role()
+    suffix = ".weights.h5" if weights_only else ".keras"
+    if not writes:
+        if takes_part:
+            with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
+                write_model_file(model, os.path.join(scratch, "model" + suffix), weights_only)
         return
-    if not os.path.isdir(path) or os.path.islink(path):
-        raise ArgumentError(f"{{name}} {quote(path)} exists and is not a directory; keras_vit writes a directory there. "
-                       "Choose another path.", argument)
-    foreign = foreign_entries(path, kind)
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise ArgumentError(
-            f"{{name}} {quote(path)} holds files keras_vit did not write there ({shown}); writing the {kind} "
-            "there would replace them. Choose a new or empty directory.", argument)
+    if not isinstance(destination, Destination):
+        destination = claim(destination, "weights" if weights_only else "keras")
+    with destination.staged(suffix=suffix) as temporary:
+        write_model_file(model, temporary, weights_only)
 
 
-def check_writable_names(directory, names, kind, argument=None):
-    """Refuse, before any work, to write `names` into `directory` where one of them is not ours.
+def write_model_file(model, path, weights_only=False):
+    """Keras' own save into `path`, a staging path the writer gave (a staging directory or temporary name)."""
+    if weights_only:
+        model.save_weights(path)
+    else:
+        model.save(path)
 
-    Unlike `check_replaceable`, other files in the directory are left alone:
-    only the names keras_vit is about to write must be free or written by
-    keras_vit (as a `kind` directory) before.
 
-    Raises:
-        ArgumentError: naming the directory, the names taken and the argument.
+def take_part_in_save(model, name, weights_only=True):
+    """On a process other than 0 of a collective job: the save Keras needs from every process, discarded."""
+    writes, takes_part = _job_role()
+    if not writes and takes_part:
+        with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
+            write_model_file(model, os.path.join(scratch, name), weights_only)
+
+
+def export_graph(model, path, format):
+    """`model.export` into `path`, inside a staging directory the writer gave."""
+    model.export(path, format=format, verbose=False)
+
+
+def write_arrays(path, arrays):
+    """`np.savez` (plain arrays, no pickles) into `path`, inside a staging directory the writer gave."""
+    import numpy as np
+
+    np.savez(path, **arrays)
+
+
+def write_json_file(path, value, **options):
+    """A JSON file written whole (for a file inside a staging directory, or one claimed file)."""
+    with atomic_write(path, "w") as file:
+        json.dump(value, file, **options)
+
+
+def make_directory(path):
+    """A new directory (with its parents), mode from the umask."""
+    os.makedirs(path, exist_ok=True)
+
+
+def probe_writable(directory):
+    """Create and delete a nameless file in `directory`: raises `OSError` where files cannot be made.
+
+    `os.access` says yes to root on a read-only mount; a real file settles it.
     """
-    directory = os.fspath(directory)
-    if not os.path.lexists(directory):
-        return
-    if not os.path.isdir(directory):
-        raise ArgumentError(f"{{name}} {quote(directory)} exists and is not a directory; give a directory.", argument)
-    marked_kind, ours = read_marker(directory)
-    taken = sorted(name for name in names if os.path.lexists(os.path.join(directory, name))
-                   and not (marked_kind == kind and name in ours))
-    if taken:
-        raise ArgumentError(
-            f"{{name}} {quote(directory)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
-            "overwrite them. Choose another directory, or move those files away.", argument)
+    tempfile.TemporaryFile(dir=directory).close()
 
 
-def check_not_nested(output, others, argument=None):
-    """Refuse an output path that is, contains, or lies inside one of `others` (`{what: path}`).
+def remove_damaged_download(path, cache_root):
+    """Delete a downloaded file (and the blob a link of the cache points to) whose checksum failed.
 
-    Raises:
-        ArgumentError: e.g. "`output` ... contains the data directory ...".
+    Only files inside `cache_root` (the download cache, which the hub
+    library owns) are removed; anything else is refused.
     """
-    if output is None:
-        return
-    mine = os.path.realpath(os.fspath(output))
-    for what, other in others.items():
-        if other is None:
-            continue
-        theirs = os.path.realpath(os.fspath(other))
-        if mine == theirs:
-            relation = "is"
-        elif theirs.startswith(mine.rstrip(os.sep) + os.sep):
-            relation = "contains"
-        elif mine.startswith(theirs.rstrip(os.sep) + os.sep):
-            relation = "lies inside"
-        else:
-            continue
-        raise ArgumentError(f"{{name}} {quote(output)} {relation} the {what} {quote(other)}; writing it could replace "
-                       "or mix with those files. Choose a path outside it.", argument)
+    root = os.path.realpath(cache_root)
+    for stale in (path, os.path.realpath(path)):
+        if not os.path.realpath(os.path.dirname(os.path.abspath(stale))).startswith(root + os.sep):
+            raise ValueError(f"Refusing to remove {quote(stale)}: it is outside the download cache {quote(root)}.")
+        if os.path.lexists(stale) and not os.path.isdir(stale):
+            os.remove(stale)
 
 
-# === Replacing a directory without a gap ===
+# === Replacing a directory in one step ===
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -247,113 +690,270 @@ def exchange_paths(first, second):
     raise OSError(code, os.strerror(code), second)
 
 
-def _siblings(path, suffix):
-    """Our staging (`.incoming`) or retired (`.old`) directories beside `path`, newest first."""
+def _staging_marker(kind, carried=()):
+    return {"writer": "keras_vit", "kind": kind, "entries": {}, "staging": {"pid": os.getpid(),
+                                                                           "carried": sorted(carried)}}
+
+
+@contextlib.contextmanager
+def _replaced_directory(path, kind, argument=None, reserved=()):
     parent, base = os.path.split(path)
-    found = [os.path.join(parent, name) for name in os.listdir(parent or ".")
-             if name.startswith(f".{base}.") and name.endswith(suffix)
-             and os.path.isdir(os.path.join(parent, name)) and read_marker(os.path.join(parent, name))[0]]
-    return sorted(found, key=os.path.getmtime, reverse=True)
+    os.makedirs(parent, exist_ok=True)
+    recover_abandoned(path)
+    check_replaceable(path, kind, argument, names=reserved)  # again: time passed since the claim
+    staging = os.path.join(parent, _private_name(base, "incoming"))
+    os.mkdir(staging)  # mode 0o777 & ~umask
+    _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours, and what in it is ours
+    carried_directories = []
+    try:
+        yield staging
+        entries = {name: digest_of(os.path.join(staging, name)) for name in os.listdir(staging) if name != MARKER}
+        carried = []
+        if kind in KEEPS_USERS_FILES and os.path.isdir(path):
+            for name in foreign_entries(path, kind):
+                if name in entries:
+                    raise ArgumentError(f"{{name}} {quote(path)} holds {name}, which keras_vit did not write; it "
+                                        "would overwrite it. Move it away and save again.", argument)
+                source = os.path.join(path, name)
+                if os.path.isdir(source) and not os.path.islink(source):
+                    carried_directories.append(name)
+                else:
+                    carried.append(name)
+            _write_marker(staging, _staging_marker(kind, carried + carried_directories))
+            for name in carried:  # the same file under two names until the old directory goes
+                os.link(os.path.join(path, name), os.path.join(staging, name), follow_symlinks=False)
+        for name in carried_directories:  # a directory cannot be linked: moved, last thing before the swap
+            os.rename(os.path.join(path, name), os.path.join(staging, name))
+        # From here the staging directory's marker is the new directory's: what it holds of ours, by digest.
+        _write_marker(staging, {"writer": "keras_vit", "kind": kind, "entries": entries})
+        if not os.path.isdir(path):
+            os.rename(staging, path)
+            return
+        if exchange_paths(staging, path):
+            retired = staging
+        else:
+            retired = os.path.join(parent, _private_name(base, "old"))
+            os.rename(path, retired)
+            try:
+                os.rename(staging, path)
+            except BaseException:
+                os.rename(retired, path)
+                raise
+        staging = None
+        _remove_retired(retired, path)
+    except BaseException:
+        if staging is not None and os.path.isdir(staging):
+            _remove_retired(staging, path)  # the user's directories go back to `path`
+        raise
 
 
-def recover_directory(path):
-    """Put back a directory that a killed swap left aside; remove our leftovers beside `path`.
+def _remove_retired(directory, path):
+    """Remove what keras_vit wrote in a staging or retired `directory`; keep the rest (the user's).
+
+    An entry goes when it is ours by the directory's marker (its digest
+    matches), when the marker says the directory was staging and the entry
+    was not carried from the user, or when the same file is at `path` (a
+    carried hard link). Anything else is the user's: moved back to `path`
+    when its name is free there (a directory carried before the swap), else
+    left, with the directory.
+    """
+    marker = {}
+    with contextlib.suppress(OSError, ValueError):
+        with open(os.path.join(directory, MARKER), encoding="utf-8") as file:
+            marker = json.load(file)
+    marker = marker if isinstance(marker, dict) and marker.get("writer") == "keras_vit" else {}
+    staging = marker.get("staging") if isinstance(marker.get("staging"), dict) else None
+    carried = set(staging.get("carried", [])) if staging else set()
+    _, entries = read_marker(directory)
+    kept = []
+    for name in os.listdir(directory):
+        if name == MARKER:
+            continue
+        entry = os.path.join(directory, name)
+        twin = os.path.join(path, name)
+        ours = (staging is not None and name not in carried) or _owns(directory, name, entries)
+        same = os.path.lexists(twin) and not os.path.isdir(entry) and _same_file(entry, twin)
+        if ours or same:
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                shutil.rmtree(entry)
+            else:
+                os.remove(entry)
+        elif os.path.isdir(path) and not os.path.lexists(twin):
+            os.rename(entry, twin)
+        else:
+            kept.append(name)
+    if kept:
+        warnings.warn(f"{quote(directory)} keeps {', '.join(sorted(kept))}, which keras_vit did not write; "
+                      "move them back where they belong.", UserWarning, stacklevel=3)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(directory, MARKER))
+    os.rmdir(directory)
+
+
+def _same_file(first, second):
+    try:
+        a, b = os.lstat(first), os.lstat(second)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def recover_abandoned(path):
+    """Clean what a killed save of `path` left beside it: only private names of ended processes on this host.
 
     Where the system has no atomic exchange, a swap moves the old directory
-    to `.NAME.XXXX.old` before moving the new one in. A kill between the two
-    leaves no directory at `path`: this moves the newest retired one back.
-    Only directories that carry keras_vit's marker are touched.
-
-    Args:
-        path: str or path-like. A directory keras_vit writes with
-            `atomic_directory`.
+    aside before moving the new one in; a kill between leaves no directory
+    at `path`, and this moves the newest retired one back. Called by saves
+    of `path`, never by a load.
     """
     path = os.path.abspath(os.fspath(path))
-    if not os.path.isdir(os.path.dirname(path)):
+    parent, base = os.path.split(path)
+    if not os.path.isdir(parent):
         return
-    retired = _siblings(path, ".old")
-    if not os.path.lexists(path) and retired:
-        os.replace(retired.pop(0), path)
-    for leftover in retired + _siblings(path, ".incoming"):
-        shutil.rmtree(leftover, ignore_errors=True)
+    leftovers = [os.path.join(parent, name) for name in os.listdir(parent) if _abandoned(name, base)]
+    retired = sorted((entry for entry in leftovers if entry.endswith(".old") and os.path.isdir(entry)),
+                     key=os.path.getmtime, reverse=True)
+    if retired and not os.path.lexists(path):
+        os.rename(retired[0], path)
+        leftovers.remove(retired[0])
+    for entry in leftovers:
+        if os.path.isdir(entry) and not os.path.islink(entry):
+            _remove_retired(entry, path)
+        elif os.path.lexists(entry):
+            os.remove(entry)  # a temporary file: never a user's name
 
 
-def _move_aside_and_in(staging, path, retired):
-    """The swap where no exchange exists: old aside, new in (a kill between is undone by `recover_directory`)."""
-    os.replace(path, retired)
-    try:
-        os.replace(staging, path)
-    except BaseException:
-        os.replace(retired, path)
-        raise
+def _clean_abandoned(path):
+    with contextlib.suppress(OSError):
+        recover_abandoned(path)
+
+
+# Kept for callers written before the writer: recovery now touches only provably abandoned staging.
+recover_directory = recover_abandoned
 
 
 @contextlib.contextmanager
 def atomic_directory(path, kind="output"):
-    """Build a directory under a temporary name and swap it into place.
+    """Build a directory under a private staging name and swap it into place (`claim(path, kind).directory()`)."""
+    with claim(path, kind).directory() as staging:
+        yield staging
 
-    The block writes into the yielded staging directory (a sibling of
-    `path`). When it succeeds, the staging directory is marked as keras_vit's
-    (`kind`) and exchanged with `path` in one step, then the old content is
-    deleted; if the block fails, `path` keeps its old content. Call
-    `check_replaceable(path, kind)` before long work: an existing `path`
-    that holds files keras_vit did not write is refused here too.
+
+def remove_owned(directory):
+    """Delete what keras_vit wrote in `directory` (by its marker); keep the user's files. True if it is gone."""
+    kind, entries = read_marker(directory)
+    if kind is None:
+        return False
+    kept = []
+    for name in os.listdir(directory):
+        if name == MARKER:
+            continue
+        entry = os.path.join(directory, name)
+        if _owns(directory, name, entries):
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                shutil.rmtree(entry)
+            else:
+                os.remove(entry)
+        else:
+            kept.append(name)
+    if kept:
+        _write_marker(directory, {"writer": "keras_vit", "kind": kind,
+                                  "entries": {name: value for name, value in entries.items() if name in kept}})
+        return False
+    os.remove(os.path.join(directory, MARKER))
+    os.rmdir(directory)
+    return True
+
+
+# === Reading a directory for upload ===
+
+
+@contextlib.contextmanager
+def staged_upload(directory, names, required=()):
+    """A private copy of `names` from `directory` for an upload; links are refused, never followed.
+
+    Each file is opened without following links and must be a regular file
+    inside `directory`; the copy (hard links where possible) is what the
+    upload reads, so a file swapped for a link after the check is not sent.
 
     Args:
-        path: str or path-like. The destination directory.
-        kind: str. What the directory is (`"preset"`, `"checkpoint"`...),
-            recorded in its marker; only a directory of the same kind is
-            replaced.
+        directory: str. The directory to upload from.
+        names: list of str. The files to send (missing ones are skipped).
+        required: names that must be present.
 
     Yields:
-        str. The staging directory to write into.
-    """
-    path = os.path.abspath(os.fspath(path))
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    recover_directory(path)
-    check_replaceable(path, kind)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=".incoming", dir=parent)
-    try:
-        # mkdtemp makes the directory owner-only; give it the mode of a plain `os.makedirs`.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)
-        mark_directory(staging, kind, [])  # a leftover staging directory is recognisably ours
-        yield staging
-        mark_directory(staging, kind, set(os.listdir(staging)) - {MARKER})
-        if not os.path.isdir(path):
-            os.replace(staging, path)
-            return
-        if not exchange_paths(staging, path):
-            retired = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=".old", dir=parent)
-            os.rmdir(retired)
-            _move_aside_and_in(staging, path, retired)
-            staging = retired
-        shutil.rmtree(staging, ignore_errors=True)  # now the old content, all of it ours
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def check_writable(path):
-    """Fail at once if `path` cannot be written, before any long work.
-
-    Args:
-        path: str or path-like. A file to be created or replaced.
+        str. The staging directory (removed afterwards).
 
     Raises:
-        ArgumentError: `path` is a directory, or its parent directory is
-            missing or not writable; the message names the path and the fix.
+        ValueError: a name is a link, or not a regular file.
     """
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise ArgumentError(f"{quote(path)} is a directory; give a file name to write to.")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ArgumentError(f"Cannot write {quote(path)}: the directory {quote(parent)} does not exist. Create it first.")
-    if not os.access(parent, os.W_OK):
-        raise ArgumentError(f"Cannot write {quote(path)}: the directory {quote(parent)} is not writable.")
+    directory = os.path.abspath(os.fspath(directory))
+    for name in names:
+        _check_not_a_link(directory, name)
+    staging = tempfile.mkdtemp(prefix="keras_vit-upload-")
+    try:
+        for name in names:
+            source = os.path.join(directory, name)
+            if not os.path.lexists(source):
+                if name in required:
+                    raise ValueError(f"{quote(source)} is missing.")
+                continue
+            flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+            try:
+                handle = os.open(source, flags)
+            except OSError as error:
+                if error.errno == errno.ELOOP:
+                    raise _link_error(directory, name) from None
+                raise
+            with os.fdopen(handle, "rb") as reader:
+                import stat
+
+                if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
+                    raise ValueError(f"{quote(source)} is not a regular file; only files are uploaded.")
+                with open(os.path.join(staging, name), "wb") as copy:
+                    shutil.copyfileobj(reader, copy, _CHUNK)
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_not_a_link(directory, name):
+    if os.path.islink(os.path.join(directory, name)):
+        raise _link_error(directory, name)
+
+
+def _link_error(directory, name):
+    return ValueError(f"{quote(os.path.join(directory, name))} is a symbolic link; keras_vit never follows a link "
+                      "out of a directory it uploads (it could send a file from elsewhere, such as a key). Replace "
+                      "the link with the file itself.")
+
+
+def check_no_links(directory, names):
+    """Refuse, naming it, any of `names` in `directory` that is a symbolic link."""
+    for name in names:
+        _check_not_a_link(os.path.abspath(os.fspath(directory)), name)
+
+
+# === Reading ===
+
+
+def read_json_object(path, where=None):
+    """The JSON object in `path`; a file that is not valid JSON or holds no object gets an error naming it.
+
+    Raises:
+        ValueError: the file is not UTF-8 JSON, or holds another value than
+            an object.
+    """
+    name = quote(path) + (f" (from {where})" if where else "")
+    try:
+        with open(path, encoding="utf-8") as file:
+            value = json.load(file)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise ValueError(f"{name} is not valid JSON ({error}).") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must hold a JSON object. Received: {type(value).__name__}")
+    return value
 
 
 def quote(path):

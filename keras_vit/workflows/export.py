@@ -23,7 +23,6 @@ and the command that works (the models are backend-independent, so
 """
 
 import importlib.util
-import json
 import os
 
 import numpy as np
@@ -100,18 +99,22 @@ def check_export(format, backend=None):
                           f"{EXPORT_EXTRA}")
 
 
-def check_export_directory(path, argument="path"):
-    """Refuse, before any work, an output path that is a file or holds files keras_vit did not export there.
+def check_export_directory(path, argument="path", inputs=None):
+    """Claim an export directory before any work: refuse a file, a directory with files keras_vit did not
+    export there, or one that is, holds or lies inside an input (`{what: path}`).
 
     A previous export of keras_vit (its marker says so) is replaced; a
     directory of the user's is never touched.
 
+    Returns:
+        The `keras_vit.utils.files.Destination` to pass to `export_model`.
+
     Raises:
         keras_vit.utils.ArgumentError: naming the path, the files and the fix.
     """
-    from keras_vit.utils.files import check_replaceable
+    from keras_vit.utils.files import claim
 
-    check_replaceable(path, EXPORT_KIND, argument)
+    return claim(path, EXPORT_KIND, inputs=inputs, argument=argument)
 
 
 def describe(model):
@@ -163,7 +166,8 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
 
     Args:
         model: a keras_vit `ViTClassifier` or `ViTBackbone`.
-        path: str. The export directory; created, or replaced if it holds a
+        path: str, or the destination `check_export_directory` returned. The
+            export directory; created, or replaced in one step if it holds a
             previous export (never a directory with files keras_vit did not
             write there).
         format: str. `"saved_model"`, `"onnx"` or `"litert"`.
@@ -188,10 +192,10 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
     >>> model = keras_vit.ViTClassifier.from_preset("vit_ti16_augreg_in21k_ft_in1k")
     >>> keras_vit.export_model(model, "vit_onnx", format="onnx")["max_difference"]
     """
-    from keras_vit.utils.files import atomic_directory
+    from keras_vit.utils.files import Destination, export_graph, write_json_file
 
     check_export(format)
-    check_export_directory(path)
+    destination = path if isinstance(path, Destination) else check_export_directory(path)
     if format == "litert" and getattr(model, "quantized_layers", dict)():
         raise ValueError("A model quantized with Keras (int8 kernels) does not convert to LiteRT: the TFLite "
                          "converter rejects its int8 matmuls. Export the float model with format='litert' "
@@ -206,16 +210,13 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
     document = {"format": format, **describe(model)}
     # Keras' exporters refuse a model that was never called (one loaded from a file, say).
     model(_sample_images(model, 1, 0), training=False)
-    with atomic_directory(path, EXPORT_KIND) as staging:
+    with destination.directory() as staging:
         target = staging if EXPORT_FORMATS[format][1] is None else os.path.join(staging, EXPORT_FORMATS[format][1])
-        model.export(target, format=EXPORT_FORMATS[format][0], verbose=False)
+        export_graph(model, target, EXPORT_FORMATS[format][0])
         document["file"] = EXPORT_FORMATS[format][1]
         if check:
             document.update(_check(model, staging, format, tolerance))
-        from keras_vit.utils.files import atomic_write
-
-        with atomic_write(os.path.join(staging, METADATA_FILE), "w") as file:
-            json.dump(document, file, indent=2)
+        write_json_file(os.path.join(staging, METADATA_FILE), document, indent=2)
     return document
 
 

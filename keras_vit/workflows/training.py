@@ -4,8 +4,6 @@ import json
 import math
 import numbers
 import os
-import shutil
-import tempfile
 import time
 
 import keras
@@ -15,9 +13,9 @@ from keras_vit.distribution import engines
 from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.models.vit_classifier import ViTClassifier
-from keras_vit.utils import atomic_directory, atomic_write, check_writable
+from keras_vit.utils import files
 from keras_vit.utils.errors import ArgumentError, check_positive_integer
-from keras_vit.utils.files import check_writable_names, mark_directory, quote, read_marker, recover_directory
+from keras_vit.utils.files import check_writable_names, claim, mark_directory, quote, read_marker
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.workflows import optimizers
 
@@ -169,14 +167,16 @@ def check_run_dir(run_dir, argument="run_dir"):
 
 
 def finish_run(run_dir):
-    """Delete the run's epoch backup (ours), keeping the log: call it once the run's outputs are written.
+    """Delete the run's epoch backup (what keras_vit wrote of it), keeping the log and any file of the user's.
 
-    Until then the backup stays, so a kill during the final evaluation or
-    the saving of the model resumes with every epoch done instead of
-    training again from the start.
+    Call it once the run's outputs are written. Until then the backup stays,
+    so a kill during the final evaluation or the saving of the model resumes
+    with every epoch done instead of training again from the start.
     """
     if run_dir is not None and engines.current().is_chief() and read_marker(run_dir)[0] == RUN_KIND:
-        shutil.rmtree(os.path.join(run_dir, BACKUP_DIR), ignore_errors=True)
+        backup = os.path.join(run_dir, BACKUP_DIR)
+        if os.path.isdir(backup):
+            files.remove_owned(backup)
 
 
 def _seed_states(model):
@@ -198,7 +198,7 @@ def _save_lora(model, path):
         for index, layer in enumerate(layers):
             arrays[f"{index}_a"] = keras.ops.convert_to_numpy(layer.lora_kernel_a.value)
             arrays[f"{index}_b"] = keras.ops.convert_to_numpy(layer.lora_kernel_b.value)
-        np.savez(path, **arrays)
+        files.write_arrays(path, arrays)
 
 
 def _restore_lora(model, path):
@@ -241,7 +241,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
     def restore(self, model):
         """Load the backup into `model` (compiled); return the epochs it had done (0 without one)."""
-        recover_directory(self.directory)  # a swap killed between its renames (systems without an exchange)
+        if engines.current().is_chief():  # a swap of this run killed between its renames (systems without an exchange)
+            files.recover_abandoned(self.directory)
         state_path = os.path.join(self.directory, CHECKPOINT_STATE)
         if not os.path.exists(state_path):
             return 0
@@ -288,12 +289,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
         # First, on every process alike (the logs are the job's): a save that is collective must be skipped by all.
         if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
             return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
-        # Process 0 writes the job's checkpoint; where saving is collective the others save weights and discard them.
-        engines.current().save(lambda directory: self._write(directory, epoch, logs), self.directory)
-
-    def _write(self, directory, epoch, logs):
-        if directory != self.directory:  # another process's copy, discarded
-            self.model.save_weights(os.path.join(os.path.dirname(directory), CHECKPOINT_WEIGHTS))
+        if not engines.current().is_chief():  # process 0 writes the job's checkpoint
+            files.take_part_in_save(self.model, CHECKPOINT_WEIGHTS)
             return
         state = {
             "epoch": epoch + 1,
@@ -303,22 +300,59 @@ class EpochCheckpoint(keras.callbacks.Callback):
             "global_rng": global_rng_state(),
             "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
         }
-        with atomic_directory(self.directory, CHECKPOINT_KIND) as staging:
-            self.model.save_weights(os.path.join(staging, CHECKPOINT_WEIGHTS))
+        # A file of the user's in backup/ (notes) is carried into each new backup, never deleted.
+        destination = claim(self.directory, CHECKPOINT_KIND,
+                            reserved=(CHECKPOINT_WEIGHTS, CHECKPOINT_STATE, CHECKPOINT_LORA))
+        with destination.directory() as staging:
+            files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
             _save_lora(self.model, os.path.join(staging, CHECKPOINT_LORA))
-            with open(os.path.join(staging, CHECKPOINT_STATE), "w") as file:
-                json.dump(state, file)
+            files.write_json_file(os.path.join(staging, CHECKPOINT_STATE), state)
+        run_dir = os.path.dirname(self.directory)
+        if read_marker(run_dir)[0] == RUN_KIND:
+            mark_directory(run_dir, RUN_KIND, [os.path.basename(self.directory)])
 
 
-def _trim_log(path, epochs_done):
+def _trim_log(run_dir, epochs_done):
     """Keep only the CSV log's rows of epochs the checkpoint holds (a kill may leave one more)."""
+    path = os.path.join(run_dir, LOG_FILE)
     if not os.path.exists(path):
         return
     with open(path) as file:
         rows = file.read().splitlines()
     kept = rows[:1] + [row for row in rows[1:] if row and int(row.split(",", 1)[0]) < epochs_done]
-    with atomic_write(path, "w") as file:
-        file.write("".join(row + "\n" for row in kept))
+    claim(run_dir, RUN_KIND, names=[LOG_FILE]).save_text(LOG_FILE, "".join(row + "\n" for row in kept))
+
+
+class EpochLog(keras.callbacks.Callback):
+    """`log.csv`: one row per epoch, the columns of `keras.callbacks.CSVLogger`, written through the writer.
+
+    The file is rewritten whole after each epoch (it is small), so it is
+    recorded as keras_vit's by its content: a log the user edited is theirs.
+
+    Args:
+        run_dir: str. The run directory (claimed for `log.csv`).
+        append: bool. Continue the rows already in the file (a resumed run).
+    """
+
+    def __init__(self, run_dir, append=False):
+        super().__init__()
+        self.destination = claim(run_dir, RUN_KIND, names=[LOG_FILE], argument="run_dir")
+        self.rows = []
+        path = os.path.join(run_dir, LOG_FILE)
+        if append and os.path.exists(path):
+            with open(path) as file:
+                self.rows = file.read().splitlines()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        if not self.rows:
+            keys = sorted(logs)
+            if keys and not any(key.startswith("val_") for key in keys):
+                keys += [f"val_{key}" for key in keys]  # as CSVLogger: columns for validation too
+            self.rows.append(",".join(["epoch", *keys]))
+        keys = self.rows[0].split(",")[1:]
+        self.rows.append(",".join([str(epoch), *(str(logs.get(key, "NA")) for key in keys)]))
+        self.destination.save_text(LOG_FILE, "".join(row + "\n" for row in self.rows))
 
 
 def qkv_layouts(model):
@@ -335,7 +369,7 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     """`model.fit` that checkpoints every epoch into `run_dir` and resumes from it.
 
     With `run_dir`, the run directory holds `backup/` (an `EpochCheckpoint`)
-    and `log.csv` (`keras.callbacks.CSVLogger`, one row per epoch), and a
+    and `log.csv` (`EpochLog`: the columns of `keras.callbacks.CSVLogger`, one row per epoch), and a
     marker that says keras_vit wrote them: a directory whose `backup/` or
     `log.csv` is someone else's is refused before training. Running the same
     call again after a kill restores the weights, optimizer and random
@@ -383,18 +417,19 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     if run_dir is not None:
         check_run_dir(run_dir)
         if chief:
-            os.makedirs(run_dir, exist_ok=True)
+            files.make_directory(run_dir)
             mark_directory(run_dir, RUN_KIND, [BACKUP_DIR, LOG_FILE])
         checkpoint = EpochCheckpoint(os.path.join(run_dir, BACKUP_DIR), settings)
         initial_epoch = engine.restore(checkpoint, model)
-        log_path = os.path.join(run_dir, LOG_FILE)
         if initial_epoch and chief:
-            _trim_log(log_path, initial_epoch)
+            _trim_log(run_dir, initial_epoch)
             if verbose:
                 print(f"Resuming from the checkpoint in {quote(run_dir)}: {initial_epoch} of {epochs} epochs done.")
-        all_callbacks.append(checkpoint)
+        # The log's row first, then the backup: a kill between leaves the log one row ahead, which the
+        # rerun trims (`_trim_log`); the other way round it would lose the row of an epoch the backup holds.
         if chief:
-            all_callbacks.append(keras.callbacks.CSVLogger(log_path, append=initial_epoch > 0))
+            all_callbacks.append(EpochLog(run_dir, append=initial_epoch > 0))
+        all_callbacks.append(checkpoint)
     # First: the checkpoint and the log then hold the job's numbers.
     all_callbacks[:0] = engine.prepare(model, data)
     # shuffle=False: the datasets shuffle themselves by (seed, epoch); Keras'
@@ -409,36 +444,20 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
 
 
 def save_model(model, path):
-    """`model.save(path)` for use: without the optimizer's state, through a temporary name.
+    """`model.save(path)` for use, through keras_vit's writer: without the optimizer's state.
 
     The file holds the model (its config and weights) but not the state of
     the optimizer it was trained with, which would triple the size of an
     AdamW-trained model; the run directory's checkpoint keeps that state to
-    resume. A kill leaves the old file or the new one. In a job of several
-    processes only process 0 writes (the others return).
+    resume. `path` is a path or a destination a command claimed
+    (`keras_vit.utils.files.claim`); a kill leaves the old file or the new
+    one. In a job of several processes only process 0 writes (the others
+    take part in a collective save and discard it).
     """
     from keras_vit.presets.keras_vit_format import optimizer_set_aside
 
     with optimizer_set_aside(model):
-        _save_model_file(model, path)
-
-
-def _save_model_file(model, path):
-    engine = engines.current()
-    if not engine.is_chief():
-        engine.save(model.save, path)  # a copy discarded at once where saving is collective
-        return
-    check_writable(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".keras", dir=directory)
-    os.close(handle)
-    try:
-        model.save(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+        files.save_model(model, path)
 
 
 def default_run_dir(output):

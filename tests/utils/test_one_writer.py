@@ -1,0 +1,154 @@
+"""Every file keras_vit writes, renames or removes goes through its one writer, `keras_vit.utils.files`.
+
+The package's source is read with `ast` (nothing is imported) and every call
+that writes, renames or removes a file is listed with its place; the test
+fails on any outside the writer module, except the few in `EXCEPTIONS`, each
+with its reason. On 2026-11-25's main it listed 26 such calls in 8 modules
+besides those 4 (two `.keras` savers, Hugging Face files written one by one,
+figures, the epoch backup's own writes and cleanup, Keras' CSVLogger, cache
+cleanup).
+"""
+
+import ast
+import os
+
+import pytest
+
+import keras_vit
+
+ROOT = os.path.dirname(os.path.abspath(keras_vit.__file__))
+WRITER = "utils/files.py"
+
+# Calls by attribute or name that write, rename or remove files, whatever they are called on.
+WRITING_CALLS = {
+    "os": {"replace", "rename", "renames", "remove", "unlink", "rmdir", "removedirs", "link", "symlink",
+           "makedirs", "mkdir", "truncate"},
+    "shutil": {"rmtree", "move", "copy", "copy2", "copyfile", "copytree", "copyfileobj"},
+    "np": {"save", "savez", "savez_compressed", "savetxt"},
+    "numpy": {"save", "savez", "savez_compressed", "savetxt"},
+    "tempfile": {"mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory", "TemporaryFile"},
+}
+# Methods that write whatever object they are called on (a Path, a model, a figure), and Keras'
+# callbacks that write files themselves.
+WRITING_METHODS = {"write_text", "write_bytes", "unlink", "rename", "rmdir", "savefig", "save", "save_weights",
+                   "export", "save_file", "save_to_preset", "touch", "mkdir", "CSVLogger", "ModelCheckpoint",
+                   "BackupAndRestore"}
+# Methods of our own API that are named like writes but go through the writer.
+OWN_API = {"save_to_preset"}
+
+# (module, function, call) -> why it is allowed outside the writer.
+EXCEPTIONS = {
+    ("distribution/processes.py", "discarded_directory", "tempfile.TemporaryDirectory"):
+        "the throw-away directory where processes other than 0 make a collective save whose result only "
+        "process 0 keeps (workflows/finetuning.py's collective save_to_preset)",
+    ("data/digits.py", "write_digits_folder", "os.makedirs"):
+        "class folders made inside the staging directory the writer gave (atomic_directory)",
+    ("data/digits.py", "write_digits_folder", "save"):
+        "PIL's Image.save of each digit inside the staging directory the writer gave (atomic_directory)",
+    ("commands/train.py", "run_distributed", "open"):
+        "opens os.devnull as stdout of processes other than 0: silences them, writes no file",
+    ("cli.py", "_without_start_up_chatter", "tempfile.TemporaryFile"):
+        "a nameless file (never in the file system's tree) that holds stderr while the backend starts",
+}
+
+
+def _writes_in(path):
+    """`[(function, call)]` of every file-writing call in the module at `path`."""
+    with open(path, encoding="utf-8") as file:
+        tree = ast.parse(file.read(), path)
+    found = []
+
+    def visit(node, scope):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, f"{scope}.{child.name}" if scope else child.name)
+                continue
+            if isinstance(child, ast.Call):
+                call = _writing_call(child)
+                if call:
+                    found.append((scope or "<module>", call, child.lineno))
+            visit(child, scope)
+
+    visit(tree, "")
+    return found
+
+
+def _writing_call(call):
+    function = call.func
+    if isinstance(function, ast.Name):
+        if function.id == "open" and _opens_for_writing(call):
+            return "open"
+        if function.id == "save_file":
+            return "save_file"
+        return None
+    if not isinstance(function, ast.Attribute):
+        return None
+    owner = function.value.id if isinstance(function.value, ast.Name) else None
+    if owner in WRITING_CALLS:
+        return f"{owner}.{function.attr}" if function.attr in WRITING_CALLS[owner] else None
+    if function.attr == "File" and owner == "h5py" and _opens_for_writing(call, position=1):
+        return "h5py.File"
+    if function.attr in ("open", "fdopen") and _opens_for_writing(call):
+        return function.attr
+    if function.attr in WRITING_METHODS and function.attr not in OWN_API:
+        return function.attr
+    return None
+
+
+def _opens_for_writing(call, position=1):
+    mode = call.args[position] if len(call.args) > position else next(
+        (keyword.value for keyword in call.keywords if keyword.arg == "mode"), None)
+    if mode is None:
+        return False
+    if not isinstance(mode, ast.Constant):
+        return True  # a mode we cannot read is counted
+    return any(letter in str(mode.value) for letter in "wax+")
+
+
+def package_writes():
+    """`{module: [(function, call, line)]}` for every module of the package."""
+    writes = {}
+    for directory, _, names in os.walk(ROOT):
+        for name in sorted(names):
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                found = _writes_in(path)
+                if found:
+                    writes[os.path.relpath(path, ROOT).replace(os.sep, "/")] = found
+    return writes
+
+
+@pytest.mark.one_backend("reads the package's source")
+def test_every_write_goes_through_the_writer():
+    outside = []
+    for module, found in package_writes().items():
+        if module == WRITER:
+            continue
+        for function, call, line in found:
+            if (module, function, call) not in EXCEPTIONS:
+                outside.append(f"keras_vit/{module}:{line} {function}: {call}")
+    assert not outside, "files written outside keras_vit/utils/files.py:\n" + "\n".join(outside)
+
+
+@pytest.mark.one_backend("reads the package's source")
+def test_every_exception_is_still_needed():
+    writes = package_writes()
+    stale = [key for key in EXCEPTIONS if not any((key[1], key[2]) == (function, call)
+                                                  for function, call, _ in writes.get(key[0], []))]
+    assert not stale, f"exceptions that no longer match a call (remove them): {stale}"
+
+
+@pytest.mark.one_backend("reads the package's source")
+def test_the_scan_finds_each_kind_of_write(tmp_path):
+    # The scanner itself: each spelling of a write in a sample module is found, reads are not.
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import os, shutil, h5py\nimport numpy as np\n"
+        "def f(path, model, figure):\n"
+        "    open(path, 'w'); open(path, mode='ab'); open(path); open(path, 'rb')\n"
+        "    os.replace(path, path); shutil.rmtree(path); np.savez(path); path.write_text('x')\n"
+        "    model.save(path); figure.savefig(path); h5py.File(path, 'w'); h5py.File(path, 'r')\n"
+    )
+    calls = [call for _, call, _ in _writes_in(str(sample))]
+    assert calls == ["open", "open", "os.replace", "shutil.rmtree", "np.savez", "write_text", "save", "savefig",
+                     "h5py.File"]
