@@ -140,6 +140,8 @@ UPWARD_INSIDE_FUNCTIONS = {
     ("keras_vit.presets.hub", "keras_vit"): "the download's user agent names the package version",
     ("keras_vit.presets.keras_vit_format", "keras_vit"): "a preset's metadata records the package version",
     ("keras_vit.cli", "keras_vit"): "the command line prints the package version",
+    ("keras_vit.utils.files", "keras_vit.distribution"):
+        "the one writer asks the job, at save time, whether this process writes or only takes part in a save",
     ("keras_vit.commands.explain", "keras_vit"): "`from keras_vit import inspection`, spelled through the package",
 }
 

@@ -609,12 +609,22 @@ def write_model_file(model, path, weights_only=False):
         model.save(path)
 
 
+def discarded_copy(write, name):
+    """`write(path)` for a `path` in a private scratch directory that is deleted at once.
+
+    What a process other than 0 does where saving is collective (a JAX or
+    TensorFlow job of several processes): Keras needs every process to take
+    part in the save, and only process 0's file is kept.
+    """
+    with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
+        write(os.path.join(scratch, name))
+
+
 def take_part_in_save(model, name, weights_only=True):
     """On a process other than 0 of a collective job: the save Keras needs from every process, discarded."""
     writes, takes_part = _job_role()
     if not writes and takes_part:
-        with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
-            write_model_file(model, os.path.join(scratch, name), weights_only)
+        discarded_copy(lambda path: write_model_file(model, path, weights_only), name)
 
 
 def export_graph(model, path, format):

@@ -407,7 +407,7 @@ def finetune(
         scores = engine.evaluate(model, validation)
         accuracy, held_out_loss = float(scores["accuracy"]), float(scores["loss"])
     if output is not None:  # one writer in a job of several processes; the preset is swapped into place whole
-        engine.save(lambda target: model.save_to_preset(target, class_names=class_names), output)
+        engine.save_for_job(lambda target: model.save_to_preset(target, class_names=class_names), output)
     finish_run(run_dir)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": accuracy, "loss": held_out_loss, "model": model, "class_names": class_names,

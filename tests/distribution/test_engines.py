@@ -49,7 +49,7 @@ def test_one_process_is_process_0_of_1_and_saves_alone(tmp_path):
     engine = engines.current()
     assert (engine.process_index(), engine.process_count(), engine.is_chief()) == (0, 1, True)
     written = []
-    assert engine.save(written.append, str(tmp_path / "model.keras")) is True
+    assert engine.save_for_job(written.append, str(tmp_path / "model.keras")) is True
     assert written == [str(tmp_path / "model.keras")]
     assert engine.broadcast_json({"epochs": 3}) == {"epochs": 3}
 

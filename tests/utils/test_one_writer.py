@@ -38,9 +38,6 @@ OWN_API = {"save_to_preset"}
 
 # (module, function, call) -> why it is allowed outside the writer.
 EXCEPTIONS = {
-    ("distribution/processes.py", "discarded_directory", "tempfile.TemporaryDirectory"):
-        "the throw-away directory where processes other than 0 make a collective save whose result only "
-        "process 0 keeps (workflows/finetuning.py's collective save_to_preset)",
     ("data/digits.py", "write_digits_folder", "os.makedirs"):
         "class folders made inside the staging directory the writer gave (atomic_directory)",
     ("data/digits.py", "write_digits_folder", "save"):

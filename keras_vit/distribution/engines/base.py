@@ -26,7 +26,8 @@ overrides what differs (`engines/jax_processes.py`, `torch_processes.py`,
 import contextlib
 import copy
 import os
-import tempfile
+
+from keras_vit.utils import files
 
 
 class Engine:
@@ -124,7 +125,7 @@ class Engine:
         """True when every process takes part in each save (only process 0's file is kept)."""
         return False
 
-    def save(self, write, path):
+    def save_for_job(self, write, path):
         """Run `write(target)` as the job saves `path`; True on the process whose file is kept.
 
         Process 0 writes `path`. Where saving is collective
@@ -136,6 +137,5 @@ class Engine:
             write(path)
             return True
         if self.saving_is_collective():
-            with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
-                write(os.path.join(scratch, os.path.basename(os.path.normpath(path)) or "saved"))
+            files.discarded_copy(write, os.path.basename(os.path.normpath(path)) or "saved")
         return False
