@@ -224,8 +224,37 @@ def load_preset_directory(path, *, load_weights=True, where=None, **options):
     return load_keras_vit(path, load_weights, where or path)
 
 
+# A save replaces the whole directory in one step (utils/files.py), but a load reads its files one by one and
+# may straddle a save: the config of one, the weights of the next. The directory's identity is read before and
+# after; where it changed, the load reads again, so it returns the old preset or the new one, whole.
+READ_ATTEMPTS = 5
+
+
+def _identity(directory):
+    try:
+        status = os.stat(directory)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
 def load_keras_vit(directory, load_weights, where):
-    """Read a keras_vit preset directory into a model."""
+    """Read a keras_vit preset directory into a model: one save's files, read again if a save swapped them."""
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        before = _identity(directory)
+        try:
+            model = _read_keras_vit(directory, load_weights, where)
+        except (OSError, ValueError):
+            if _identity(directory) == before or attempt == READ_ATTEMPTS:
+                raise  # the files themselves are at fault, not a save beside the load
+            continue
+        if _identity(directory) == before:
+            return model
+    raise ValueError(f"The preset {where} was saved again {READ_ATTEMPTS} times while it was read; load it "
+                     "again once its writer is done.")
+
+
+def _read_keras_vit(directory, load_weights, where):
     config_path = os.path.join(directory, CONFIG_FILE)
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE if load_weights else None) if name
