@@ -35,7 +35,7 @@ import numpy as np
 from keras_vit.data.augment import AugmentPolicy, random_resized_crop
 from keras_vit.data.images import DEFAULT_MAX_PIXELS, ImageFileError, center_crop, open_image, read_image
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import quote
+from keras_vit.utils.files import path_relation, quote
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
@@ -128,14 +128,7 @@ def check_held_out(data_dir, held_out_dir, argument):
         return
     fix = ("Give a folder of other images, or leave {name} out to hold out a split of the training folder "
            "instead.")
-    training, held_out = os.path.realpath(os.fspath(data_dir)), os.path.realpath(os.fspath(held_out_dir))
-    relation = None
-    if training == held_out:
-        relation = "is"
-    elif held_out.startswith(training.rstrip(os.sep) + os.sep):
-        relation = "lies inside"
-    elif training.startswith(held_out.rstrip(os.sep) + os.sep):
-        relation = "contains"
+    relation = path_relation(held_out_dir, data_dir)
     if relation is not None:
         raise ArgumentError(
             f"{{name}} {quote(held_out_dir)} {relation} the training folder {quote(data_dir)} (links and '..' "

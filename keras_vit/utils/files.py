@@ -262,22 +262,30 @@ def check_not_nested(output, others, argument=None):
     """
     if output is None:
         return
-    mine = os.path.realpath(os.fspath(output))
     for what, paths in dict(others).items():
         for other in [paths] if isinstance(paths, (str, os.PathLike)) or paths is None else paths:
-            if other is None:
-                continue
-            theirs = os.path.realpath(os.fspath(other))
-            if mine == theirs:
-                relation = "is"
-            elif theirs.startswith(mine.rstrip(os.sep) + os.sep):
-                relation = "contains"
-            elif mine.startswith(theirs.rstrip(os.sep) + os.sep):
-                relation = "lies inside"
-            else:
+            relation = None if other is None else path_relation(output, other)
+            if relation is None:
                 continue
             raise ArgumentError(f"{{name}} {quote(output)} {relation} the {what} {quote(other)}; writing it would "
                                 "replace or mix with what the command reads. Choose a path outside it.", argument)
+
+
+def path_relation(path, other):
+    """How `path` stands to `other` once links and `..` are resolved.
+
+    Returns:
+        `"is"`, `"contains"`, `"lies inside"`, or `None` when neither holds
+        any part of the other.
+    """
+    mine, theirs = os.path.realpath(os.fspath(path)), os.path.realpath(os.fspath(other))
+    if mine == theirs:
+        return "is"
+    if theirs.startswith(mine.rstrip(os.sep) + os.sep):
+        return "contains"
+    if mine.startswith(theirs.rstrip(os.sep) + os.sep):
+        return "lies inside"
+    return None
 
 
 def check_replaceable(path, kind, argument=None, names=()):
