@@ -10,13 +10,11 @@ CONVERT_TO_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
 def _destination_format(destination, requested):
     if requested != "auto":
         return requested
-    lower = destination.lower()
-    if lower.endswith(".keras"):
-        return "keras"
-    if lower.endswith(".weights.h5"):
-        return "weights"
-    if lower.endswith(".safetensors"):
-        return "timm"
+    from keras_vit.utils.files import output_format
+
+    kind = output_format(destination)
+    if kind is not None:
+        return {"safetensors": "timm"}.get(kind, kind)  # a .safetensors file is written in timm's names
     from keras_vit.commands import UsageError
 
     raise UsageError(

@@ -16,11 +16,11 @@ def run(args):
 
     from keras_vit.commands.export import load_model
     from keras_vit.presets.keras_vit_format import PRESET_KIND
-    from keras_vit.utils.files import claim
+    from keras_vit.utils.files import claim, output_format
     from keras_vit.workflows.quantization import quantize_model
     from keras_vit.workflows.training import save_model
 
-    as_file = args.out.lower().endswith(".keras")
+    as_file = output_format(args.out) == "keras"
     # Before the model loads: never over the model being read (under any spelling), and a preset directory
     # only where it replaces nothing of the user's.
     inputs = {"model": args.model} if os.path.exists(args.model) else None

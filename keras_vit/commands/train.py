@@ -108,8 +108,9 @@ def check_arguments(args):
     save = getattr(args, "save", None)
     if save is not None:
         from keras_vit.utils import check_writable
+        from keras_vit.utils.files import output_format
 
-        if not save.endswith(".keras"):
+        if output_format(save) != "keras":
             raise ArgumentError("{name} must name a .keras file.", "save", save)
         check_writable(save)
     check_run_dir(getattr(args, "run_dir", None) or default_run_dir(save))

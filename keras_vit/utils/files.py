@@ -271,6 +271,17 @@ def check_not_nested(output, others, argument=None):
                                 "replace or mix with what the command reads. Choose a path outside it.", argument)
 
 
+# What the writer writes for an output path, by the ending of the name the user gave it; any other name is a
+# directory (a preset, a Hugging Face or an export directory). The one place a command's output format is named.
+OUTPUT_FILE_FORMATS = {".keras": "keras", ".weights.h5": "weights", ".safetensors": "safetensors"}
+
+
+def output_format(path):
+    """The kind of file an output path names: `"keras"`, `"weights"`, `"safetensors"`, or `None` (a directory)."""
+    lower = os.fspath(path).lower()
+    return next((kind for ending, kind in OUTPUT_FILE_FORMATS.items() if lower.endswith(ending)), None)
+
+
 def path_relation(path, other):
     """How `path` stands to `other` once links and `..` are resolved.
 

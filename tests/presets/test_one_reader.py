@@ -42,10 +42,6 @@ EXCEPTIONS = {
     ("utils/checks.py", None):
         "the magic-byte constants of the container checks (`check_keras_file`, `check_weights_file`), which "
         "validate a file whose kind the reader (or the writer) already decided",
-    ("commands/convert.py", "_destination_format"):
-        "chooses the format of the file convert writes from the name the user gave it (an output, not a read)",
-    ("commands/quantize.py", "run"): "chooses between a .keras file and a preset directory for the output",
-    ("commands/train.py", "check_arguments"): "--save names the .keras file train writes (an output)",
 }
 
 
