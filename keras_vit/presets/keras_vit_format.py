@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import platform
+import time
 import warnings
 
 import keras
@@ -226,8 +227,9 @@ def load_preset_directory(path, *, load_weights=True, where=None, **options):
 
 # A save replaces the whole directory in one step (utils/files.py), but a load reads its files one by one and
 # may straddle a save: the config of one, the weights of the next. The directory's identity is read before and
-# after; where it changed, the load reads again, so it returns the old preset or the new one, whole.
-READ_ATTEMPTS = 5
+# after; where it changed, the load reads again, so it returns the old preset or the new one, whole. A writer
+# that saves without pause could keep a load reading again; past READ_PATIENCE seconds the load says so.
+READ_PATIENCE = 120.0
 
 
 def _identity(directory):
@@ -240,18 +242,21 @@ def _identity(directory):
 
 def load_keras_vit(directory, load_weights, where):
     """Read a keras_vit preset directory into a model: one save's files, read again if a save swapped them."""
-    for attempt in range(1, READ_ATTEMPTS + 1):
+    deadline = time.monotonic() + READ_PATIENCE
+    while True:
         before = _identity(directory)
         try:
             model = _read_keras_vit(directory, load_weights, where)
         except (OSError, ValueError):
-            if _identity(directory) == before or attempt == READ_ATTEMPTS:
+            if _identity(directory) == before or time.monotonic() > deadline:
                 raise  # the files themselves are at fault, not a save beside the load
-            continue
-        if _identity(directory) == before:
-            return model
-    raise ValueError(f"The preset {where} was saved again {READ_ATTEMPTS} times while it was read; load it "
-                     "again once its writer is done.")
+        else:
+            if _identity(directory) == before:
+                return model
+        if time.monotonic() > deadline:
+            raise ValueError(f"The preset {where} was saved again and again for {READ_PATIENCE:.0f} s while it "
+                             "was read; load it once its writer is done.")
+        time.sleep(0.01)  # a save beside this load: read the new directory once it is in place
 
 
 def _read_keras_vit(directory, load_weights, where):
