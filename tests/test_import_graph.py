@@ -10,8 +10,8 @@ import ast
 import os
 
 import keras_vit
+from tests.package_source import ROOT, package_modules
 
-ROOT = os.path.dirname(os.path.abspath(keras_vit.__file__))
 # Lower first: a module may import at module level only from its own level or
 # the levels left of it (peers on one level do not import each other). Every subpackage and top-level module has a level;
 # `test_every_module_has_a_level` keeps it that way. data, inspection and
@@ -40,27 +40,21 @@ def _module_name(path):
 def module_level_imports():
     """`{module: set of keras_vit modules it imports at module level}`."""
     graph = {}
-    for directory, _, files in os.walk(ROOT):
-        for name in files:
-            if not name.endswith(".py"):
-                continue
-            path = os.path.join(directory, name)
-            module = _module_name(path)
-            package = module if name == "__init__.py" else module.rsplit(".", 1)[0]
-            with open(path, encoding="utf-8") as file:
-                tree = ast.parse(file.read(), path)
-            targets = set()
-            for node in tree.body:  # module level only, not function bodies
-                if isinstance(node, ast.Import):
-                    targets.update(alias.name for alias in node.names)
-                elif isinstance(node, ast.ImportFrom):
-                    base = node.module or ""
-                    if node.level:
-                        parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                        base = ".".join(parts + ([base] if base else []))
-                    targets.add(base)
-                    targets.update(f"{base}.{alias.name}" for alias in node.names)
-            graph[module] = {t for t in targets if t.startswith("keras_vit")}
+    for path, _, tree in package_modules():
+        module = _module_name(path)
+        package = module if os.path.basename(path) == "__init__.py" else module.rsplit(".", 1)[0]
+        targets = set()
+        for node in tree.body:  # module level only, not function bodies
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                targets.add(base)
+                targets.update(f"{base}.{alias.name}" for alias in node.names)
+        graph[module] = {t for t in targets if t.startswith("keras_vit")}
     modules = set(graph)
     # Keep only names that are modules (drop imported functions and classes).
     return {m: {t for t in targets if t in modules and t != m} for m, targets in graph.items()}
@@ -149,29 +143,23 @@ UPWARD_INSIDE_FUNCTIONS = {
 def upward_imports_inside_functions():
     """`{(module, target)}` for imports in function bodies that reach a higher layer."""
     found = set()
-    for directory, _, files in os.walk(ROOT):
-        for name in files:
-            if not name.endswith(".py"):
+    for path, _, tree in package_modules():
+        module = _module_name(path)
+        top = set(map(id, tree.body))
+        for node in ast.walk(tree):
+            if id(node) in top:
                 continue
-            path = os.path.join(directory, name)
-            module = _module_name(path)
-            with open(path, encoding="utf-8") as file:
-                tree = ast.parse(file.read(), path)
-            top = set(map(id, tree.body))
-            for node in ast.walk(tree):
-                if id(node) in top:
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            for target in targets:
+                if not target.startswith("keras_vit"):
                     continue
-                targets = []
-                if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    targets = [node.module]
-                elif isinstance(node, ast.Import):
-                    targets = [alias.name for alias in node.names]
-                for target in targets:
-                    if not target.startswith("keras_vit"):
-                        continue
-                    target_level = LEVEL.get(_subpackage(target))
-                    if target_level is not None and target_level > LEVEL[_subpackage(module)]:
-                        found.add((module, target))
+                target_level = LEVEL.get(_subpackage(target))
+                if target_level is not None and target_level > LEVEL[_subpackage(module)]:
+                    found.add((module, target))
     return found
 
 
@@ -190,12 +178,7 @@ def test_no_module_names_another_in_a_string():
 
     pattern = re.compile(r"^keras_vit(\.[a-z_0-9]+)+:[A-Za-z_0-9]+$")
     found = []
-    for directory, _, files in os.walk(ROOT):
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.join(directory, name)
-                with open(path, encoding="utf-8") as file:
-                    tree = ast.parse(file.read(), path)
-                found += [f"{_module_name(path)}:{node.lineno} {node.value}" for node in ast.walk(tree)
-                          if isinstance(node, ast.Constant) and isinstance(node.value, str) and pattern.match(node.value)]
+    for path, _, tree in package_modules():
+        found += [f"{_module_name(path)}:{node.lineno} {node.value}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and pattern.match(node.value)]
     assert not found, "modules named by string:\n" + "\n".join(found)

@@ -14,8 +14,8 @@ import os
 import pytest
 
 import keras_vit
+from tests.package_source import package_modules
 
-ROOT = os.path.dirname(os.path.abspath(keras_vit.__file__))
 
 # The reader: where a handle's format is decided and the model is read.
 READER = {"presets/formats.py", "presets/load.py", "presets/handles.py"}
@@ -88,19 +88,12 @@ def _decisions(tree):
 def format_decisions():
     """`{(module, line): what}` outside the reader and the listed exceptions."""
     wrong = {}
-    for directory, _, files in os.walk(ROOT):
-        for name in files:
-            if not name.endswith(".py"):
-                continue
-            path = os.path.join(directory, name)
-            module = os.path.relpath(path, ROOT).replace(os.sep, "/")
-            if module in READER:
-                continue
-            with open(path, encoding="utf-8") as file:
-                tree = ast.parse(file.read(), path)
-            for line, function, what in _decisions(tree):
-                if (module, function) not in EXCEPTIONS:
-                    wrong[(module, line)] = f"{function or '<module>'}: {what}"
+    for _, module, tree in package_modules():
+        if module in READER:
+            continue
+        for line, function, what in _decisions(tree):
+            if (module, function) not in EXCEPTIONS:
+                wrong[(module, line)] = f"{function or '<module>'}: {what}"
     return wrong
 
 
@@ -118,13 +111,8 @@ def test_only_the_reader_decides_a_files_format():
 def test_every_exception_is_still_needed():
     """An exception that no longer matches anything is removed, so the list stays short and true."""
     used = set()
-    for directory, _, files in os.walk(ROOT):
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.join(directory, name)
-                module = os.path.relpath(path, ROOT).replace(os.sep, "/")
-                with open(path, encoding="utf-8") as file:
-                    used.update((module, function) for _, function, _ in _decisions(ast.parse(file.read())))
+    for _, module, tree in package_modules():
+        used.update((module, function) for _, function, _ in _decisions(tree))
     assert not set(EXCEPTIONS) - used, f"exceptions that match nothing: {sorted(set(EXCEPTIONS) - used)}"
 
 

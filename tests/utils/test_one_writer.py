@@ -14,9 +14,8 @@ import os
 
 import pytest
 
-import keras_vit
+from tests.package_source import package_modules
 
-ROOT = os.path.dirname(os.path.abspath(keras_vit.__file__))
 WRITER = "utils/files.py"
 
 # Calls by attribute or name that write, rename or remove files, whatever they are called on.
@@ -49,10 +48,11 @@ EXCEPTIONS = {
 }
 
 
-def _writes_in(path):
-    """`[(function, call)]` of every file-writing call in the module at `path`."""
-    with open(path, encoding="utf-8") as file:
-        tree = ast.parse(file.read(), path)
+def _writes_in(path, tree=None):
+    """`[(function, call)]` of every file-writing call in the module at `path` (parsed as `tree`, if given)."""
+    if tree is None:
+        with open(path, encoding="utf-8") as file:
+            tree = ast.parse(file.read(), path)
     found = []
 
     def visit(node, scope):
@@ -105,13 +105,10 @@ def _opens_for_writing(call, position=1):
 def package_writes():
     """`{module: [(function, call, line)]}` for every module of the package."""
     writes = {}
-    for directory, _, names in os.walk(ROOT):
-        for name in sorted(names):
-            if name.endswith(".py"):
-                path = os.path.join(directory, name)
-                found = _writes_in(path)
-                if found:
-                    writes[os.path.relpath(path, ROOT).replace(os.sep, "/")] = found
+    for path, module, tree in package_modules():
+        found = _writes_in(path, tree)
+        if found:
+            writes[module] = found
     return writes
 
 
