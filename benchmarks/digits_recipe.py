@@ -35,7 +35,8 @@ def main(argv=None):
     import keras
 
     from keras_vit.data import load_digits_split
-    from keras_vit.workflows.training import build_digits_classifier, train_classifier
+    from keras_vit.workflows.digits_demo import build_digits_classifier
+    from keras_vit.workflows.training import train_classifier
 
     fit_options = {
         name: value

@@ -41,7 +41,8 @@ def measure(args):
     import keras_vit
     from keras_vit.data import AugmentPolicy, image_folder_datasets, write_digits_folder
     from keras_vit.workflows.fewshot import fewshot_evaluate_folder
-    from keras_vit.workflows.pretraining import build_digits_predictor, pretrain_predictor
+    from keras_vit.workflows.digits_demo import build_digits_predictor
+    from keras_vit.workflows.pretraining import pretrain_predictor
     from keras_vit.data import ImageFolderDataset, index_image_folder
 
     work = tempfile.mkdtemp(prefix="finetune_digits.")

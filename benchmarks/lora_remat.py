@@ -47,7 +47,8 @@ def trainable(model):
 def prepare(work, args):
     """The digits folder and an MPP-pre-trained backbone saved as .keras."""
     from keras_vit.data import ImageFolderDataset, index_image_folder, write_digits_folder
-    from keras_vit.workflows.pretraining import build_digits_predictor, pretrain_predictor
+    from keras_vit.workflows.digits_demo import build_digits_predictor
+    from keras_vit.workflows.pretraining import pretrain_predictor
 
     train_dir, test_dir = write_digits_folder(os.path.join(work, "digits"), seed=0)
     paths, _, _ = index_image_folder(train_dir)

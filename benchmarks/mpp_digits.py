@@ -31,8 +31,9 @@ import numpy as np  # noqa: E402
 
 from keras_vit.data import load_digits_split  # noqa: E402
 from keras_vit.models.vit_classifier import ViTClassifier  # noqa: E402
-from keras_vit.workflows.pretraining import build_digits_predictor, pretrain_predictor  # noqa: E402
-from keras_vit.workflows.training import build_digits_classifier, train_classifier  # noqa: E402
+from keras_vit.workflows.digits_demo import build_digits_classifier, build_digits_predictor  # noqa: E402
+from keras_vit.workflows.pretraining import pretrain_predictor  # noqa: E402
+from keras_vit.workflows.training import train_classifier  # noqa: E402
 
 
 def labelled_subset(labels, fraction, seed):

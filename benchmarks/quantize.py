@@ -35,7 +35,8 @@ def prepare(name, directory, epochs):
     import numpy as np
 
     from keras_vit.data.digits import load_digits_split
-    from keras_vit.workflows.training import build_digits_classifier, save_model
+    from keras_vit.workflows.digits_demo import build_digits_classifier
+    from keras_vit.workflows.training import save_model
 
     if name == "digits":
         (x_train, y_train), (x_test, y_test) = load_digits_split()

@@ -52,7 +52,7 @@ def soak_one(steps, steps_per_epoch, batch_size, seed):
     import numpy as np
 
     from keras_vit.data import load_digits_split
-    from keras_vit.workflows.training import build_digits_classifier
+    from keras_vit.workflows.digits_demo import build_digits_classifier
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     (x_train, y_train), _ = load_digits_split(seed=seed)

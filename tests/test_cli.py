@@ -95,7 +95,8 @@ def test_training_commands_check_arguments_before_training(command, flags, messa
 def test_train_resumes_from_its_checkpoint(tmp_path):
     """Interrupted after its first epoch's checkpoint, a run continues to the uninterrupted run's weights."""
     from keras_vit.data import load_digits_split
-    from keras_vit.workflows.training import build_digits_classifier, train_classifier
+    from keras_vit.workflows.digits_demo import build_digits_classifier
+    from keras_vit.workflows.training import train_classifier
 
     (x_train, y_train), test = load_digits_split(seed=0)
     train = (x_train[:160], y_train[:160])
@@ -138,7 +139,8 @@ def test_a_backup_in_the_old_qkv_column_order_is_refused_not_loaded(tmp_path):
     """An epoch backup written before qkv columns were grouped per head cannot be loaded silently wrong."""
     import json
 
-    from keras_vit.workflows.training import CHECKPOINT_STATE, EpochCheckpoint, build_digits_classifier
+    from keras_vit.workflows.digits_demo import build_digits_classifier
+    from keras_vit.workflows.resuming import CHECKPOINT_STATE, EpochCheckpoint
 
     model = build_digits_classifier(seed=0, num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
@@ -156,7 +158,8 @@ def test_a_backup_in_the_old_qkv_column_order_is_refused_not_loaded(tmp_path):
 
 
 def test_save_is_atomic(tmp_path):
-    from keras_vit.workflows.training import build_digits_classifier, save_model
+    from keras_vit.workflows.digits_demo import build_digits_classifier
+    from keras_vit.workflows.training import save_model
 
     path = str(tmp_path / "m.keras")
     model = build_digits_classifier(seed=0, num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)

@@ -1,5 +1,9 @@
 """The `keras-vit` subcommands, one module each (`add_arguments(parser)`, `run(args)`).
 
+Two modules are not subcommands: `arguments` (the flag types, which check
+each value while parsing) and `training_options` (what `train`, `pretrain`
+and `finetune` share: `--distribute`, their checks, the run's settings).
+
 A subcommand reports anything the user got wrong by raising `ValueError` with
 a message that names the problem and the fix; `keras_vit.cli.main` prints it
 as `keras-vit <command>: error: <message>` and exits with 1, or with 2 when

@@ -1,7 +1,10 @@
 """`keras-vit convert SRC DST`: turn a timm / Hugging Face / Google checkpoint into Keras files."""
 
 
+from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import ImageSize, Path, PositiveInt
+from keras_vit.utils import check_writable
+from keras_vit.utils.files import claim, output_format, quote, save_model
 
 # What `keras-vit convert` writes; what it reads is the reading table, keras_vit.presets.formats.READ_FORMATS.
 CONVERT_TO_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
@@ -10,12 +13,10 @@ CONVERT_TO_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
 def _destination_format(destination, requested):
     if requested != "auto":
         return requested
-    from keras_vit.utils.files import output_format
 
     kind = output_format(destination)
     if kind is not None:
         return {"safetensors": "timm"}.get(kind, kind)  # a .safetensors file is written in timm's names
-    from keras_vit.commands import UsageError
 
     raise UsageError(
         f"Cannot tell the output format of {destination!r}. Use a .keras, .weights.h5 or .safetensors "
@@ -76,10 +77,6 @@ def check_destination(source, destination, target):
     """
     import os
 
-    from keras_vit.commands import UsageError
-    from keras_vit.utils import check_writable
-    from keras_vit.utils.files import quote
-
     source_files = [source]
     if os.path.isdir(source):
         source_files = [os.path.join(source, name) for name in os.listdir(source)] + [source]
@@ -105,7 +102,6 @@ def check_destination(source, destination, target):
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             raise UsageError(f"Cannot create {quote(destination)}: its parent directory {quote(parent)} does not "
                              "exist or is not writable.")
-    from keras_vit.utils.files import claim
 
     if target == "huggingface":
         from keras_vit.convert.huggingface import HUGGINGFACE_FILES, HUGGINGFACE_KIND
@@ -122,8 +118,6 @@ def save_model_file(model, path, weights_only=False):
 
     `path` is a path or the destination `check_destination` claimed.
     """
-    from keras_vit.utils.files import save_model
-
     save_model(model, path, weights_only=weights_only)
 
 
@@ -144,7 +138,6 @@ def _load_source(args, image_size, overrides):
 def run(args):
     import os
 
-    from keras_vit.commands import UsageError
     from keras_vit.convert import export_huggingface, export_timm
 
     if not os.path.exists(args.source):

@@ -8,7 +8,9 @@ over the given images) with its numbers in `figure7.json`.
 
 import os
 
+from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import ModelHandle, Path, PositiveInt
+from keras_vit.utils.files import check_writable, claim, quote
 
 DEFAULT_BATCH = 8
 
@@ -44,9 +46,6 @@ def _output_names(paths):
 
 def _claim_out(args):
     """The output directory, claimed before any work: never over an input, nor over a file of the user's."""
-    from keras_vit.commands import UsageError
-    from keras_vit.utils.files import check_writable, claim, quote
-
     if os.path.exists(args.out) and not os.access(args.out, os.W_OK):
         raise UsageError(f"--out {quote(args.out)} is not writable.")
     if not os.path.lexists(args.out):
@@ -57,9 +56,7 @@ def _claim_out(args):
 
 
 def _check_arguments(args):
-    from keras_vit.commands import UsageError
     from keras_vit.inspection.figures import require_matplotlib
-    from keras_vit.utils.files import quote
 
     missing = [path for path in args.images if not os.path.isfile(path)]
     if missing:

@@ -1,5 +1,6 @@
 """`keras-vit export MODEL --format saved_model|onnx|litert --out DIR`: a graph that runs without Keras."""
 
+from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import ModelHandle, Path
 
 FORMAT_CHOICES = ("saved_model", "onnx", "litert")
@@ -34,7 +35,6 @@ def load_model(handle, backbone=False, purpose="keras-vit export"):
 def run(args):
     import json
 
-    from keras_vit.commands import UsageError
     from keras_vit.presets import check_model_handle
     from keras_vit.workflows.export import check_export, check_export_directory, export_model
 

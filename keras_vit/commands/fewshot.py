@@ -1,5 +1,6 @@
 """`keras-vit fewshot DATA_DIR --preset ...`: the paper's few-shot linear evaluation."""
 
+from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import Fraction, ModelHandle, Path, PositiveFloat, PositiveInt, PositiveIntList
 
 
@@ -31,7 +32,6 @@ def _load(preset, image_size):
 def run(args):
     import os
 
-    from keras_vit.commands import UsageError
     from keras_vit.workflows.fewshot import fewshot_evaluate_folder
 
     # Every flag's value (--shots, --seeds, --l2-reg, ...) was checked while parsing; the folder before the model.

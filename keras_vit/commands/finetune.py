@@ -11,6 +11,7 @@ from keras_vit.commands.arguments import (
     Seed,
     Variant,
 )
+from keras_vit.commands.training_options import add_distribute_argument, run_distributed
 
 
 def add_arguments(parser):
@@ -63,18 +64,15 @@ def add_arguments(parser):
     parser.add_argument("--remat", action="store_true",
                         help="recompute each block's activations in the backward pass: less memory for large "
                         "variants, one more forward pass per step (needs a model without dropout or drop path)")
-    from keras_vit.commands.train import add_distribute_argument
-
     add_distribute_argument(parser)
 
 
 def run(args):
-    from keras_vit.commands.train import run_distributed
-
     return run_distributed(args, lambda distribution: _run(args))
 
 
 def _run(args):
+    # The library, and so Keras, is imported here, after parsing: `keras-vit finetune --help` starts no backend.
     from keras_vit.data import AugmentPolicy
     from keras_vit.workflows.finetuning import finetune
 

@@ -1,7 +1,9 @@
 """`keras-vit predict IMAGE --preset NAME`: classify an image with a pretrained preset."""
 
+from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import ModelHandle, Path, PositiveInt
 from keras_vit.data.images import DEFAULT_MAX_PIXELS
+from keras_vit.utils.checks import check_pixel_range
 
 
 def add_arguments(parser):
@@ -29,8 +31,6 @@ def run(args):
 
     import numpy as np
 
-    from keras_vit.commands import UsageError
-    from keras_vit.utils.checks import check_pixel_range
     from keras_vit.data.images import load_image, open_image
 
     # --top and --max-pixels were checked while parsing.

@@ -1,5 +1,7 @@
 """`keras-vit presets`: list the pretrained presets."""
 
+from keras_vit.commands import UsageError
+
 
 def add_arguments(parser):
     parser.add_argument("--with-head", action="store_true", help="only presets with a classification head")
@@ -8,8 +10,7 @@ def add_arguments(parser):
 
 
 def run(args):
-    from keras_vit.commands import UsageError
-    from keras_vit.presets.registry import PRESETS
+    from keras_vit.presets.registry import PRESETS  # after parsing: the presets package imports Keras
 
     if args.with_head and args.backbones:
         raise UsageError("--with-head and --backbones exclude each other (together they list nothing); give one.")

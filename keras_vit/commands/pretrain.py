@@ -1,5 +1,8 @@
 """`keras-vit pretrain`: masked patch prediction on unlabeled images (digits by default)."""
 
+import os
+
+from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import (
     ColorBits,
     Path,
@@ -9,6 +12,13 @@ from keras_vit.commands.arguments import (
     Probability,
     Seed,
 )
+from keras_vit.commands.training_options import (
+    add_distribute_argument,
+    check_training_flags,
+    run_distributed,
+    run_settings,
+)
+from keras_vit.utils.files import quote
 
 DEFAULT_SAVE = "mpp_digits.keras"
 
@@ -46,15 +56,12 @@ def add_arguments(parser):
         "--run-dir", action=Path, default=None,
         help="checkpoint every epoch here and resume from it when the same command runs again (default: SAVE.run)",
     )
-    from keras_vit.commands.train import add_distribute_argument
-
     add_distribute_argument(parser)
 
 
 def _folder_images(args):
     """Unlabeled training batches and held-out images from DATA_DIR (every file, labels dropped)."""
-    import os
-
+    # The library, and so Keras, is imported here, after parsing: `keras-vit pretrain --help` starts no backend.
     import numpy as np
 
     from keras_vit.data import AugmentPolicy, ImageFolderDataset, index_image_folder, load_image, stratified_split
@@ -78,13 +85,7 @@ def _folder_images(args):
 
 
 def run(args):
-    import os
-
-    from keras_vit.commands import UsageError
-    from keras_vit.commands.train import check_arguments, run_distributed
-    from keras_vit.utils.files import quote
-
-    check_arguments(args)
+    check_training_flags(args)
     if args.data_dir is not None and not os.path.isdir(args.data_dir):
         raise UsageError(f"No such image folder: {quote(args.data_dir)}. Give a directory of images (class "
                          "subfolders or not), or none for the digits.")
@@ -96,12 +97,13 @@ def run(args):
 
 
 def _run(args):
-    import keras
+    import keras  # after parsing, as every library import here
 
     from keras_vit.data import load_digits_split
-    from keras_vit.workflows.pretraining import build_digits_predictor, pretrain_predictor
-    from keras_vit.commands.train import run_settings
-    from keras_vit.workflows.training import default_run_dir, finish_run, save_model
+    from keras_vit.workflows.digits_demo import build_digits_predictor
+    from keras_vit.workflows.pretraining import pretrain_predictor
+    from keras_vit.workflows.resuming import default_run_dir, finish_run
+    from keras_vit.workflows.training import save_model
 
     overrides = {}
     if args.data_dir is not None:

@@ -1,6 +1,10 @@
 """`keras-vit quantize MODEL --out PATH`: int8 weights, saved as a `.keras` file or a preset directory."""
 
+import os
+
 from keras_vit.commands.arguments import ModelHandle, Path
+from keras_vit.commands.export import load_model
+from keras_vit.utils.files import claim, output_format
 
 
 def add_arguments(parser):
@@ -12,11 +16,8 @@ def add_arguments(parser):
 
 
 def run(args):
-    import os
-
-    from keras_vit.commands.export import load_model
+    # The library, and so Keras, is imported here, after parsing: `keras-vit quantize --help` starts no backend.
     from keras_vit.presets.keras_vit_format import PRESET_KIND
-    from keras_vit.utils.files import claim, output_format
     from keras_vit.workflows.quantization import quantize_model
     from keras_vit.workflows.training import save_model
 

@@ -1,14 +1,16 @@
 """`keras-vit train`: train a ViT classifier and report held-out accuracy."""
 
-import os
-import sys
-import warnings
-
+from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import ModelHandle, Path, PositiveFloat, NonNegativeFloat, PositiveInt, Seed, Variant
-from keras_vit.utils.errors import ArgumentError
+from keras_vit.commands.training_options import (
+    add_distribute_argument,
+    check_training_flags,
+    describe_distribution,
+    run_distributed,
+    run_settings,
+)
+from keras_vit.utils.files import quote
 from keras_vit.utils.seeds import set_random_seed
-
-from keras_vit.workflows.training import DIGITS_MODEL
 
 
 def add_arguments(parser):
@@ -38,102 +40,23 @@ def add_arguments(parser):
     )
 
 
-def add_distribute_argument(parser):
-    parser.add_argument(
-        "--distribute", choices=("data", "model"), default=None,
-        help="train on every device: 'data' copies the model to each (JAX keras.distribution; TensorFlow "
-        "MirroredStrategy, TPUStrategy when TPU_NAME is set, MultiWorkerMirroredStrategy when TF_CONFIG names "
-        "several workers; PyTorch: one process per device under torchrun, gradients averaged), 'model' also splits the weights over the devices of a host (JAX only). "
-        "--batch-size is the global batch. Default: one device",
-    )
-    parser.add_argument(
-        "--model-parallelism", action=PositiveInt, default=None, metavar="N",
-        help="with --distribute model: the devices each weight is split over (the rest split the batch); it "
-        "must divide the number of devices and the model's attention head count. Default: the devices of one host",
-    )
-
-
-def run_distributed(args, body):
-    """`body(distribution)` inside `--distribute`'s distribution, or `body(None)` without the flag.
-
-    In a job of several processes (torchrun, JAX's processes, TensorFlow
-    workers named by TF_CONFIG), only process 0 prints: the others' standard
-    output is discarded (errors still reach standard error).
-
-    Raises:
-        UsageError: `--model-parallelism` without `--distribute model`, or
-            the backend or the launch cannot give that distribution.
-    """
-    from keras_vit.commands import UsageError
-
-    model_parallelism = getattr(args, "model_parallelism", None)
-    if model_parallelism is not None and getattr(args, "distribute", None) != "model":
-        # Not ignored without a word: the user expects the weights split over devices.
-        received = f"--distribute {args.distribute}" if getattr(args, "distribute", None) else "no --distribute"
-        raise UsageError("--model-parallelism goes with --distribute model (it splits each weight over that many "
-                         f"devices). Received: {received}")
-    if not getattr(args, "distribute", None):
-        return body(None)
-    from keras_vit.distribution import distribution_for_backend, engines
-
-    try:
-        distribution = distribution_for_backend(args.distribute, model_parallelism=model_parallelism,
-                                                tpu=os.environ.get("TPU_NAME"))
-    except (ValueError, RuntimeError) as error:
-        raise UsageError(str(error)) from None
-    if not engines.current().is_chief():  # process 0 reports for the job
-        sys.stdout = open(os.devnull, "w")
-        warnings.filterwarnings("ignore")
-    with distribution.scope():
-        return body(distribution)
-
-
-def check_arguments(args):
-    """The checks every training command makes before any work: numbers, the output path, the run directory.
-
-    Each flag's own range is checked while parsing (`keras_vit.commands.arguments`); these are the library's
-    checks again, and those that involve more than one flag or the file system.
-    """
-    from keras_vit.commands import UsageError
-    from keras_vit.workflows.training import check_run_dir, check_training_arguments, default_run_dir
-
-    if getattr(args, "init_from", None) and getattr(args, "variant", None) is not None:
-        raise UsageError("--init-from takes its architecture from the file; drop --variant (or drop --init-from "
-                         "to train the variant from scratch).")
-
-    check_training_arguments(
-        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        weight_decay=getattr(args, "weight_decay", None),
-    )
-    save = getattr(args, "save", None)
-    if save is not None:
-        from keras_vit.utils import check_writable
-        from keras_vit.utils.files import output_format
-
-        if output_format(save) != "keras":
-            raise ArgumentError("{name} must name a .keras file.", "save", save)
-        check_writable(save)
-    check_run_dir(getattr(args, "run_dir", None) or default_run_dir(save))
-
-
-def run_settings(args, *names):
-    """The arguments that define a run, recorded with its checkpoint so another command is not resumed."""
-    return {name: getattr(args, name, None) for name in names}
-
-
 def run(args):
-    check_arguments(args)
+    check_training_flags(args)
     return run_distributed(args, lambda distribution: _run(args, distribution))
 
 
 def _run(args, distribution=None):
+    # The library, and so Keras, is imported here, after parsing: `keras-vit train --help` starts no backend.
     import keras
     import numpy as np
 
-    from keras_vit.commands import UsageError
     from keras_vit.data import load_digits_split
     from keras_vit.distribution import engines
-    from keras_vit.workflows.training import build_digits_classifier, train_classifier
+    from keras_vit.models.vit_classifier import ViTClassifier
+    from keras_vit.workflows.digits_demo import DIGITS_MODEL, build_digits_classifier
+    from keras_vit.workflows.pretraining import load_pretrained_backbone
+    from keras_vit.workflows.resuming import default_run_dir, finish_run
+    from keras_vit.workflows.training import save_model, train_classifier
 
     # What the flags ask of the devices and of the --init-from file, before the digits are read. The job's
     # engine cuts every batch to a multiple of the devices JAX splits it over (`engine.shard`).
@@ -145,9 +68,6 @@ def _run(args, distribution=None):
     image_size = args.image_size or (DIGITS_MODEL["image_size"] if args.variant is None else 32)
     pretrained = None
     if getattr(args, "init_from", None):
-        from keras_vit.utils.files import quote
-        from keras_vit.workflows.pretraining import load_pretrained_backbone
-
         pretrained = load_pretrained_backbone(args.init_from, purpose="keras-vit train --init-from")
         height, width, channels = pretrained.input_shape[1:]
         if height != width or channels != 1 or (args.image_size and args.image_size != height):
@@ -163,24 +83,18 @@ def _run(args, distribution=None):
         x_train = np.asarray(keras.ops.image.resize(x_train, (image_size, image_size)))
         x_test = np.asarray(keras.ops.image.resize(x_test, (image_size, image_size)))
     if pretrained is not None:
-        from keras_vit.models.vit_classifier import ViTClassifier
-
         set_random_seed(args.seed)
         model = ViTClassifier(backbone=pretrained, num_classes=10)
         print(f"Fine-tuning the pre-trained backbone of {args.init_from}.")
     elif args.variant is None:
         model = build_digits_classifier(seed=args.seed, image_size=image_size)
     else:
-        from keras_vit.models.vit_classifier import ViTClassifier
-
         set_random_seed(args.seed)
         model = ViTClassifier.from_variant(args.variant, image_size=image_size, num_channels=1, num_classes=10)
     print(f"Backend: {keras.backend.backend()}; model: {model.count_params():,} parameters; "
           f"{len(x_train)} training and {len(x_test)} held-out digits.")
     if distribution is not None:
-        print(f"Distributed ({args.distribute} parallel): {_describe(distribution)}")
-    from keras_vit.workflows.training import default_run_dir, finish_run, save_model
-
+        print(f"Distributed ({args.distribute} parallel): {describe_distribution(distribution)}")
     run_dir = getattr(args, "run_dir", None) or default_run_dir(args.save)
     if run_dir is None:
         print("No checkpoints: pass --save or --run-dir to resume after an interruption.")
@@ -199,9 +113,3 @@ def _run(args, distribution=None):
     finish_run(run_dir)  # after the save: a kill before it resumes with every epoch done
     return 0
 
-
-def _describe(distribution):
-    mesh = getattr(distribution, "device_mesh", None)
-    if mesh is not None:
-        return f"mesh {dict(zip(mesh.axis_names, mesh.shape))}"
-    return f"{type(distribution).__name__} with {distribution.num_replicas_in_sync} replicas"

@@ -8,8 +8,6 @@ line can re-spell the message with the flag, and it marks the error as the
 caller's input (the command line exits with 2 for it, not 1).
 """
 
-import numbers
-
 _NO_VALUE = object()
 
 
@@ -48,14 +46,6 @@ class ArgumentError(ValueError):
             received = f"{flag} {self.value}" if flag else f"{self.argument}={self.value!r}"
             text += f" Received: {received}"
         return text
-
-
-def check_positive_integer(name, value):
-    """Refuse anything but a positive int (bools too), naming the argument; `None` passes."""
-    if value is None:
-        return
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
-        raise ArgumentError("{name} must be a positive integer.", name, value)
 
 
 class OptInRequired(ValueError):

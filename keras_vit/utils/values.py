@@ -8,6 +8,7 @@ model means (its size limits, its class-name lists) stays with that model.
 - `check_count`, `check_optional_count`, `check_counts`: sizes and counts.
 - `check_rate`: dropout-like rates and other fractions.
 - `check_number`: finite numbers such as epsilons and initial values.
+- `check_positive_number`: finite numbers above zero, such as learning rates.
 - `check_choice`: one of a fixed set of names.
 - `check_divisible`, `check_group_count`: a size that must split evenly.
 - `to_pair`: image sizes, patch sizes, grids, kernels and strides.
@@ -94,6 +95,12 @@ def check_number(value, name, minimum=None):
     if not _is_real(value) or not math.isfinite(value) or (minimum is not None and value < minimum):
         kind = "a finite number" if minimum is None else f"a number >= {minimum}"
         raise ValueError(f"`{name}` must be {kind}. Received: {name}={value!r}")
+
+
+def check_positive_number(value, name):
+    """Refuse anything but a finite number above zero (a learning rate, a scale); zero is refused too."""
+    if not _is_real(value) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"`{name}` must be a finite number > 0. Received: {name}={value!r}")
 
 
 def check_choice(value, choices, name):

@@ -23,6 +23,9 @@ and double precision keeps the weights independent of the backend.
 import keras
 import numpy as np
 
+from keras_vit.data.image_folder import check_held_out, check_labels, read_image_folder, stratified_split
+from keras_vit.layers.token_pooling import TokenPooling
+from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.files import quote
 from keras_vit.workflows import notices
@@ -52,8 +55,6 @@ def fit_linear_probe(features, labels, num_classes, l2_reg=DEFAULT_L2_REG):
         the constant feature 100, i.e. it is the bias divided by 100),
         `mean` and `std` `(1, d)` of the whitening.
     """
-    from keras_vit.data.image_folder import check_labels
-
     labels = check_labels(labels, num_classes)
     features = np.asarray(features, "float64")
     if features.ndim != 2 or len(features) != len(labels):
@@ -89,15 +90,11 @@ def representation_model(model):
     Returns:
         A `keras.Model` images -> `(batch, dim)`.
     """
-    from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier
-
     if isinstance(model, ViTClassifier):
         return keras.Model(model.inputs, model.get_layer("head_dropout").output, name="pre_logits")
     if isinstance(model, MaskedPatchPredictor):
         model = model.backbone
     if isinstance(model, ViTBackbone):
-        from keras_vit.layers.token_pooling import TokenPooling
-
         pooling = "token" if model.use_class_token else "gap"
         pooled = TokenPooling(pooling, num_prefix_tokens=model.num_prefix_tokens, name="pooling")(model.outputs[0])
         return keras.Model(model.inputs, pooled, name="pre_logits")
@@ -231,8 +228,6 @@ def fewshot_evaluate_folder(model, data_dir, test_dir=None, test_split=0.2, shot
     Returns:
         `(results, class_names)`.
     """
-    from keras_vit.data.image_folder import check_held_out, read_image_folder, stratified_split
-
     check_held_out(data_dir, test_dir, "test_dir")  # before any image is decoded
     backbone = getattr(model, "backbone", model)
     size, channels = tuple(backbone.image_size), backbone.num_channels

@@ -10,17 +10,23 @@ that carries the class names.
 
 import math
 import os
-import time
 
 import keras
 import numpy as np
 
+from keras_vit.data import AugmentPolicy, check_labels, image_folder_datasets
+from keras_vit.data.image_folder import check_held_out
 from keras_vit.distribution import engines
-from keras_vit.utils.errors import ArgumentError, check_positive_integer
+from keras_vit.models.vit_classifier import ViTClassifier
+from keras_vit.presets import load_model
+from keras_vit.presets.keras_vit_format import PRESET_KIND
+from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.files import check_not_nested, check_replaceable, quote
 from keras_vit.utils.seeds import set_random_seed
-from keras_vit.utils.values import to_pair
+from keras_vit.utils.values import check_count, check_optional_count, to_pair
 from keras_vit.workflows import notices, optimizers
+from keras_vit.workflows.resuming import check_run_dir, default_run_dir, finish_run
+from keras_vit.workflows.training import check_training_arguments, run_training
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
 # no weight decay, gradient clipping at global norm 1, cosine decay with
@@ -34,6 +40,36 @@ RECIPES = {
     "adamw": {"optimizer": "adamw", "learning_rate": 1e-3, "weight_decay": 0.05, "global_clipnorm": 1.0,
               "effective_batch_size": None, "warmup_fraction": 0.1},
 }
+
+
+def recipe_accumulation(recipe, batch_size=32, effective_batch_size="recipe", steps_per_epoch=None):
+    """Batches accumulated per optimizer update under a fine-tuning recipe.
+
+    Args:
+        recipe: str. `"paper"` or `"adamw"` (see `RECIPES`).
+        batch_size: int. Images per step fed to the model.
+        effective_batch_size: int, `None` or `"recipe"`. Images per update:
+            gradients of `ceil(effective / batch_size)` steps are
+            accumulated (Keras' `gradient_accumulation_steps`). `"recipe"`
+            takes the recipe's (512 for `"paper"`).
+        steps_per_epoch: int or `None`. Batches in one epoch. Accumulation
+            never spans more steps than an epoch has: on a folder of 20
+            images, 512 images per update would otherwise mean one update
+            every 16 epochs (Keras' accumulators carry across epochs).
+
+    Returns:
+        An int, at least 1.
+    """
+    if recipe not in RECIPES:
+        raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
+    if effective_batch_size == "recipe":
+        effective_batch_size = RECIPES[recipe]["effective_batch_size"]
+    accumulation = 1
+    if effective_batch_size and effective_batch_size > batch_size:
+        accumulation = math.ceil(effective_batch_size / batch_size)
+    if steps_per_epoch is not None:
+        accumulation = max(1, min(accumulation, steps_per_epoch))
+    return accumulation
 
 
 def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay=None, batch_size=32,
@@ -63,18 +99,10 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
         a `tf.distribute` strategy they clip and accumulate the global
         gradient, as one device does.
     """
-    if recipe not in RECIPES:
-        raise ValueError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
+    accumulation = recipe_accumulation(recipe, batch_size, effective_batch_size, steps_per_epoch)
     settings = RECIPES[recipe]
     learning_rate = settings["learning_rate"] if learning_rate is None else learning_rate
     weight_decay = settings["weight_decay"] if weight_decay is None else weight_decay
-    if effective_batch_size == "recipe":
-        effective_batch_size = settings["effective_batch_size"]
-    accumulation = 1
-    if effective_batch_size and effective_batch_size > batch_size:
-        accumulation = math.ceil(effective_batch_size / batch_size)
-    if steps_per_epoch is not None:
-        accumulation = max(1, min(accumulation, steps_per_epoch))
     # Warm-up over the first 5% of the updates, cosine decay over the rest, every update at a non-zero rate;
     # keras_vit's optimizers, not Keras': under a tf.distribute strategy Keras' clip each replica's part of
     # the gradient and cannot accumulate.
@@ -190,16 +218,12 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
     Returns:
         A `ViTClassifier` with `num_classes` outputs (softmax).
     """
-    from keras_vit.models.vit_classifier import ViTClassifier
-
     if (preset is None) == (variant is None):
         raise ValueError("Give exactly one of `preset` (pre-trained weights) or `variant` (from scratch).")
     set_random_seed(seed)
     if variant is not None:
         return ViTClassifier.from_variant(variant, image_size=image_size or 224, num_channels=num_channels,
                                           num_classes=num_classes)
-    from keras_vit.presets import load_model
-
     # One read of any handle; a stored classifier keeps its configuration (resized) under a new head.
     model = load_model(preset, purpose="finetune", target="classifier", image_size=image_size,
                        num_classes=num_classes)
@@ -213,8 +237,6 @@ def check_output_dir(output, argument="output"):
     written; a directory holding anything else (a user's project, another
     model, data) is refused, so nothing of the user's is ever replaced.
     """
-    from keras_vit.presets.keras_vit_format import PRESET_KIND
-
     if output is None:
         return
     output = os.fspath(output)
@@ -307,13 +329,8 @@ def finetune(
     ...                             output="my_vit")
     >>> result["accuracy"], result["class_names"]
     """
-    from keras_vit.data import AugmentPolicy, check_labels, image_folder_datasets
-    from keras_vit.data.image_folder import check_held_out
-    from keras_vit.workflows.training import (
-        check_run_dir, check_training_arguments, default_run_dir, finish_run, fit_resumable)
-
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
-    check_positive_integer("lora_rank", lora_rank)
+    check_optional_count(lora_rank, "lora_rank")
     if lora_rank is not None and variant is not None:
         raise ArgumentError(
             "{name} trains low-rank updates of frozen pre-trained weights; with `variant` (from scratch) the "
@@ -322,7 +339,7 @@ def finetune(
     if recipe not in RECIPES:
         raise ArgumentError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
     if effective_batch_size not in ("recipe", None):
-        check_positive_integer("effective_batch_size", effective_batch_size)
+        check_count(effective_batch_size, "effective_batch_size")
     if not os.path.isdir(data_dir):
         raise ArgumentError(f"No such image folder: {quote(data_dir)}. Give a directory with one subfolder per class.")
     if validation_dir is not None and not os.path.isdir(validation_dir):
@@ -366,16 +383,14 @@ def finetune(
         warn_about_training_from_scratch(variant, len(train.paths), len(class_names))
 
     steps_per_epoch = len(train)
-    _, accumulation = build_recipe_optimizer(
-        recipe, 1, learning_rate, weight_decay, batch_size, effective_batch_size, steps_per_epoch)
-    total_steps = epochs * steps_per_epoch // accumulation
-    warn_about_few_updates(total_steps, epochs, steps_per_epoch, accumulation, len(train.paths))
-    optimizer, accumulation = build_recipe_optimizer(
-        recipe, max(1, total_steps), learning_rate, weight_decay, batch_size, effective_batch_size, steps_per_epoch)
+    accumulation = recipe_accumulation(recipe, batch_size, effective_batch_size, steps_per_epoch)
+    updates = epochs * steps_per_epoch // accumulation
+    warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, len(train.paths))
+    optimizer, _ = build_recipe_optimizer(
+        recipe, max(1, updates), learning_rate, weight_decay, batch_size, effective_batch_size, steps_per_epoch)
     loss = "auto"
     if augment.mixes_labels:
         loss = keras.losses.CategoricalCrossentropy(from_logits=model.activation is None)
-    model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"])
     if verbose:
         trained = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
         lora = f" (LoRA rank {lora_rank}: {trained:,} trainable)" if lora_rank else ""
@@ -390,27 +405,15 @@ def finetune(
         "effective_batch_size": effective_batch_size, "validation_split": validation_split, "seed": seed,
         "augment": repr(augment), "class_names": class_names, "lora_rank": lora_rank,
     }
-    start = time.perf_counter()
-    history, initial_epoch = fit_resumable(model, train, epochs, run_dir=run_dir, settings=settings, keep_backup=True,
-                                           validation_data=validation, callbacks=callbacks, verbose=verbose)
-    seconds = time.perf_counter() - start
-    losses = history.history.get("loss", [])
-    if losses and not np.isfinite(losses[-1]):
-        raise ValueError(
-            f"Training stopped: the loss became NaN or infinite in epoch {initial_epoch + len(losses)}. Lower "
-            "the learning rate (--learning-rate) and run again; the last good checkpoint is kept in "
-            f"{quote(run_dir) if run_dir else 'no run directory'}."
-        )
-    engine = engines.current()
-    accuracy = held_out_loss = None
-    if validation is not None:  # the job's numbers on every held-out image, the same on every process
-        scores = engine.evaluate(model, validation)
-        accuracy, held_out_loss = float(scores["accuracy"]), float(scores["loss"])
+    run = run_training(model, train, optimizer, epochs, run_dir=run_dir, settings=settings, held_out=validation,
+                       compile_arguments={"loss": loss, "metrics": ["accuracy"]}, validation_data=validation,
+                       callbacks=callbacks, verbose=verbose, keep_backup=True)
+    scores = run["held_out"] or {}
     if output is not None:  # one writer in a job of several processes; the preset is swapped into place whole
-        engine.save_for_job(lambda target: model.save_to_preset(target, class_names=class_names), output)
+        engines.current().save_for_job(lambda target: model.save_to_preset(target, class_names=class_names), output)
     finish_run(run_dir)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
-        "accuracy": accuracy, "loss": held_out_loss, "model": model, "class_names": class_names,
-        "history": history, "seconds": seconds, "initial_epoch": initial_epoch, "output": output,
+        "accuracy": scores.get("accuracy"), "loss": scores.get("loss"), "model": model, "class_names": class_names,
+        "history": run["history"], "seconds": run["seconds"], "initial_epoch": run["initial_epoch"], "output": output,
         "run_dir": run_dir, "accumulation_steps": accumulation,
     }

@@ -2,7 +2,9 @@
 
 import keras
 
+from keras_vit.integrations import tf_optimizers
 from keras_vit.layers import fused
+
 
 class ReplicaSummedGradients:
     """Mixin: under a `tf.distribute` strategy, clip and accumulate the replicas' summed gradients.
@@ -26,8 +28,6 @@ class ReplicaSummedGradients:
     """
 
     def _backend_apply_gradients(self, grads, trainable_variables):
-        from keras_vit.integrations import tf_optimizers
-
         if tf_optimizers.can_apply_summed(self) and tf_optimizers.apply_summed(
                 self, grads, trainable_variables, super()._clip_gradients):
             return

@@ -1,35 +1,11 @@
-"""Masked patch prediction recipes: pre-train a backbone, load it for fine-tuning."""
-
-import time
+"""Masked patch prediction: pre-train a backbone, load it for fine-tuning."""
 
 import keras
 
-from keras_vit.models.masked_patch_predictor import MaskedPatchPredictor
-from keras_vit.models.vit_backbone import ViTBackbone
+from keras_vit.data.image_folder import ArrayBatches
+from keras_vit.presets import load_model
 from keras_vit.utils.seeds import set_random_seed
-from keras_vit.workflows.training import DIGITS_MODEL, build_optimizer, check_training_arguments, fit_resumable
-
-
-def build_digits_predictor(seed=0, target="mean_color", corruption_rate=0.5, mask_rate=0.8,
-                           random_rate=0.1, color_bits=3, **overrides):
-    """A `MaskedPatchPredictor` around the digits demo's backbone (`DIGITS_MODEL`).
-
-    Args:
-        seed: int. Seeds the weights and the corruption. Defaults to `0`.
-        target, corruption_rate, mask_rate, random_rate, color_bits: see
-            `MaskedPatchPredictor`.
-        **overrides: Replace `DIGITS_MODEL` entries (backbone arguments).
-
-    Returns:
-        A `MaskedPatchPredictor`.
-    """
-    set_random_seed(seed)
-    config = {**DIGITS_MODEL, **overrides}
-    backbone = ViTBackbone.from_variant(config.pop("variant"), **config)
-    return MaskedPatchPredictor(
-        backbone, corruption_rate=corruption_rate, mask_rate=mask_rate, random_rate=random_rate,
-        target=target, color_bits=color_bits, seed=seed,
-    )
+from keras_vit.workflows.training import build_optimizer, check_training_arguments, run_training
 
 
 def pretrain_predictor(
@@ -53,8 +29,9 @@ def pretrain_predictor(
         images: array `(n, height, width, channels)` of raw pixels, or a
             `keras.utils.PyDataset` of image batches (e.g. an
             `ImageFolderDataset` without labels).
-        validation_images: optional held-out images; their masked patch loss
-            and accuracy are reported. Defaults to `None`.
+        validation_images: optional held-out images (an array or a
+            `keras.utils.PyDataset`); their masked patch loss and accuracy
+            on the whole set are reported. Defaults to `None`.
         epochs: int. Defaults to `60`.
         batch_size: int. Defaults to `64`.
         learning_rate: float. Peak AdamW learning rate (linear warm-up,
@@ -63,7 +40,7 @@ def pretrain_predictor(
         seed: int. Seeds Keras, numpy and the backend. Defaults to `0`.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
         run_dir: str or `None`. Checkpoint every epoch here and resume from
-            it (see `keras_vit.workflows.training.fit_resumable`). Defaults to `None`.
+            it (see `keras_vit.workflows.training.run_training`). Defaults to `None`.
         settings: dict. The run's settings, checked when resuming.
         keep_backup: bool. Keep the epoch backup for a caller that saves
             the model afterwards and then calls `finish_run(run_dir)`.
@@ -73,25 +50,18 @@ def pretrain_predictor(
         targets), `seconds` of fitting, the Keras `history`, and
         `validation` (a dict of held-out metrics, or `None`).
     """
-    from keras_vit.data.image_folder import ArrayBatches
-
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
     set_random_seed(seed)
     data = images if isinstance(images, keras.utils.PyDataset) else ArrayBatches(images, None, batch_size, seed=seed)
-    steps = epochs * len(data)
-    predictor.compile(optimizer=build_optimizer(learning_rate, weight_decay, steps))
-    start = time.perf_counter()
-    history, initial_epoch = fit_resumable(predictor, data, epochs, run_dir=run_dir, settings=settings,
-                                           keep_backup=keep_backup,
-                                           verbose=verbose)
-    seconds = time.perf_counter() - start
-    result = {name: float(values[-1]) for name, values in history.history.items()}
-    result.update(seconds=seconds, history=history, validation=None, initial_epoch=initial_epoch)
-    if validation_images is not None:
-        result["validation"] = {
-            name: float(value)
-            for name, value in predictor.evaluate(validation_images, batch_size=256, verbose=0, return_dict=True).items()
-        }
+    held_out = validation_images
+    if held_out is not None and not isinstance(held_out, keras.utils.PyDataset):
+        held_out = ArrayBatches(held_out, None, batch_size=256, shuffle=False)
+    optimizer = build_optimizer(learning_rate, weight_decay, total_steps=epochs * len(data))
+    run = run_training(predictor, data, optimizer, epochs, run_dir=run_dir, settings=settings, held_out=held_out,
+                       verbose=verbose, keep_backup=keep_backup)
+    result = {name: float(values[-1]) for name, values in run["history"].history.items()}
+    result.update(seconds=run["seconds"], history=run["history"], validation=run["held_out"],
+                  initial_epoch=run["initial_epoch"])
     return result
 
 
@@ -111,6 +81,4 @@ def load_pretrained_backbone(path, purpose="load_pretrained_backbone"):
     Returns:
         A `ViTBackbone` with the saved weights.
     """
-    from keras_vit.presets import load_model
-
     return load_model(path, purpose=purpose, target="backbone")

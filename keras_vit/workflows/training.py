@@ -1,39 +1,47 @@
-"""Training recipes: the settings that make a small ViT learn small data."""
+"""One training run for every command, and the recipe that makes a small ViT learn small data.
 
-import json
-import math
-import numbers
-import os
+`run_training` is the run `keras-vit train`, `pretrain` and `finetune` share
+(`train_classifier`, `keras_vit.workflows.pretraining.pretrain_predictor`,
+`keras_vit.finetune`): compile with the one optimizer builder's optimizer,
+fit with a checkpoint every epoch (`keras_vit.workflows.resuming`), and
+score the held-out data as the job's engine does. Each caller checks its
+arguments, seeds, makes its batches and counts its optimizer updates first.
+"""
+
 import time
 
-import keras
 import numpy as np
 
+from keras_vit.data.image_folder import ArrayBatches, check_labels
 from keras_vit.distribution import engines
-from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
-from keras_vit.layers.attention import MultiHeadSelfAttention
-from keras_vit.models.vit_classifier import ViTClassifier
+from keras_vit.presets.keras_vit_format import optimizer_set_aside
 from keras_vit.utils import files
-from keras_vit.utils.errors import ArgumentError, check_positive_integer
-from keras_vit.utils.files import check_writable_names, claim, mark_directory, quote, read_marker
+from keras_vit.utils.files import quote
 from keras_vit.utils.seeds import set_random_seed
+from keras_vit.utils.values import check_count, check_number, check_positive_number
 from keras_vit.workflows import optimizers
+from keras_vit.workflows.resuming import fit_resumable
 
-# A ViT small enough to train on 8x8 digits in about a minute per backend.
-DIGITS_MODEL = {
-    "variant": "ViT-Ti/16",
-    "image_size": 8,
-    "num_channels": 1,
-    "patch_size": 2,
-    "hidden_dim": 64,
-    "num_layers": 4,
-    "num_heads": 4,
-    "mlp_dim": 128,
-    "dropout": 0.1,
-    # Stochastic depth: on TensorFlow seeds 0 and 1 it lifted held-out accuracy
-    # from 96.9% / 96.7% to 97.2% / 98.9% (40 epochs, same split).
-    "drop_path_rate": 0.1,
-}
+
+def check_training_arguments(epochs=None, batch_size=None, learning_rate=None, weight_decay=None):
+    """Refuse training arguments that would fail late or train nothing; `None` skips a check.
+
+    Args:
+        epochs: int or `None`. Must be a positive int.
+        batch_size: int or `None`. Must be a positive int.
+        learning_rate: float or `None`. Must be finite and > 0.
+        weight_decay: float or `None`. Must be finite and >= 0.
+
+    Raises:
+        ValueError: naming the argument and the value received.
+    """
+    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
+        if value is not None:
+            check_count(value, name)
+    if learning_rate is not None:
+        check_positive_number(learning_rate, "learning_rate")
+    if weight_decay is not None:
+        check_number(weight_decay, "weight_decay", minimum=0)
 
 
 def build_optimizer(learning_rate, weight_decay, total_steps, warmup_fraction=0.1):
@@ -42,6 +50,69 @@ def build_optimizer(learning_rate, weight_decay, total_steps, warmup_fraction=0.
     The one builder of every command (`keras_vit.workflows.optimizers.build_optimizer`), with these settings.
     """
     return optimizers.build_optimizer("adamw", learning_rate, total_steps, weight_decay, warmup_fraction)
+
+
+def run_training(model, data, optimizer, epochs, run_dir=None, settings=None, held_out=None,
+                 compile_arguments=None, validation_data=None, callbacks=(), verbose=1, keep_backup=False):
+    """Compile, fit resumably and score held-out data: the run every training command makes.
+
+    The caller has checked its arguments, seeded, made `data` and built
+    `optimizer` for the run's updates; this compiles `model` with it, fits
+    for `epochs` with a checkpoint every epoch in `run_dir`
+    (`keras_vit.workflows.resuming.fit_resumable`: a rerun resumes), times
+    the fit, refuses a run whose loss became NaN or infinite (its backup
+    keeps the last good epoch), and evaluates `held_out` with the job's engine
+    (`keras_vit.distribution.engines.current().evaluate`: the numbers of
+    the whole held-out set, the same on every process).
+
+    Args:
+        model: the `keras.Model` to train.
+        data: a `keras.utils.PyDataset` of training batches.
+        optimizer: a `keras.optimizers.Optimizer`, e.g. from
+            `keras_vit.workflows.optimizers.build_optimizer`.
+        epochs: int. Total epochs of the run.
+        run_dir: str or `None`. Checkpoint every epoch here and resume from
+            it; `None` trains without checkpoints. Defaults to `None`.
+        settings: dict. The run's settings, checked when resuming.
+        held_out: a `keras.utils.PyDataset` or `None`. Scored once after
+            training. Defaults to `None`.
+        compile_arguments: dict or `None`. Other arguments of
+            `model.compile` (loss, metrics). Defaults to `None`.
+        validation_data: a `keras.utils.PyDataset` or `None`. Scored by
+            `fit` after every epoch (in the history and `log.csv`).
+        callbacks: extra Keras callbacks for `fit`.
+        verbose: int. Keras progress-bar mode. Defaults to `1`.
+        keep_backup: bool. Keep the epoch backup for a caller that saves
+            the model afterwards and then calls
+            `keras_vit.workflows.resuming.finish_run(run_dir)`.
+
+    Raises:
+        ValueError: the loss became NaN or infinite (`TerminateOnNaN`
+            stopped the fit).
+
+    Returns:
+        A dict with the Keras `history`, `initial_epoch` (epochs restored
+        from a checkpoint), `seconds` (wall time of the fit) and `held_out`
+        (a dict of the held-out loss and metrics, or `None`).
+    """
+    model.compile(optimizer=optimizer, **(compile_arguments or {}))
+    start = time.perf_counter()
+    history, initial_epoch = fit_resumable(
+        model, data, epochs, run_dir=run_dir, settings=settings, validation_data=validation_data,
+        callbacks=callbacks, verbose=verbose, keep_backup=keep_backup,
+    )
+    seconds = time.perf_counter() - start
+    losses = history.history.get("loss", [])
+    if losses and not np.isfinite(losses[-1]):  # TerminateOnNaN stopped it; the backup holds the last good epoch
+        raise ValueError(
+            f"Training stopped: the loss became NaN or infinite in epoch {initial_epoch + len(losses)}. Lower "
+            "the learning rate (--learning-rate) and run again; the last good checkpoint is kept in "
+            f"{quote(run_dir) if run_dir else 'no run directory'}."
+        )
+    scores = None
+    if held_out is not None:
+        scores = {name: float(value) for name, value in engines.current().evaluate(model, held_out).items()}
+    return {"history": history, "initial_epoch": initial_epoch, "seconds": seconds, "held_out": scores}
 
 
 def train_classifier(
@@ -74,7 +145,7 @@ def train_classifier(
         seed: int. Seeds Keras, numpy and the backend. Defaults to `0`.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
         run_dir: str or `None`. Checkpoint every epoch here and resume from
-            it (see `fit_resumable`). Defaults to `None`.
+            it (see `run_training`). Defaults to `None`.
         settings: dict. The run's settings, checked when resuming.
         keep_backup: bool. Keep the epoch backup for a caller that saves
             the model afterwards and then calls `finish_run(run_dir)`.
@@ -84,363 +155,16 @@ def train_classifier(
         the fit), the Keras `history` and `initial_epoch` (epochs restored
         from a checkpoint).
     """
-    from keras_vit.data.image_folder import ArrayBatches, check_labels
-
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
     set_random_seed(seed)
     x_train, y_train = train_data
-    y_train = check_labels(y_train, model.num_classes)
-    test_data = (test_data[0], check_labels(test_data[1], model.num_classes))
-    steps = epochs * int(np.ceil(len(x_train) / batch_size))
-    model.compile(optimizer=build_optimizer(learning_rate, weight_decay, steps))
-    start = time.perf_counter()
-    history, initial_epoch = fit_resumable(
-        model, ArrayBatches(x_train, y_train, batch_size, seed=seed), epochs, run_dir=run_dir,
-        settings=settings, verbose=verbose, keep_backup=keep_backup,
-    )
-    seconds = time.perf_counter() - start
-    # The job's numbers on the whole held-out set, the same on every process.
-    scores = engines.current().evaluate(model, ArrayBatches(*test_data, batch_size=256, shuffle=False))
-    return {"accuracy": scores["accuracy"], "loss": scores["loss"], "seconds": seconds, "history": history,
-            "initial_epoch": initial_epoch}
-
-
-def build_digits_classifier(seed=0, **overrides):
-    """The demo's ViT for 8x8 digits; `overrides` replace `DIGITS_MODEL` entries."""
-    set_random_seed(seed)
-    config = {**DIGITS_MODEL, **overrides}
-    variant = config.pop("variant")
-    return ViTClassifier.from_variant(variant, num_classes=10, **config)
-
-
-# === Arguments checked before any work ===
-
-
-def check_training_arguments(epochs=None, batch_size=None, learning_rate=None, weight_decay=None):
-    """Refuse training arguments that would fail late or train nothing.
-
-    Args:
-        epochs: int or `None`. Must be a positive int.
-        batch_size: int or `None`. Must be a positive int.
-        learning_rate: float or `None`. Must be finite and > 0.
-        weight_decay: float or `None`. Must be finite and >= 0.
-
-    Raises:
-        ArgumentError: naming the argument and the value received.
-    """
-    check_positive_integer("epochs", epochs)
-    check_positive_integer("batch_size", batch_size)
-    for name, value, low in (("learning_rate", learning_rate, "positive"), ("weight_decay", weight_decay, "zero")):
-        if value is None:
-            continue
-        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) or (
-            value <= 0 if low == "positive" else value < 0
-        ):
-            bound = "> 0" if low == "positive" else ">= 0"
-            raise ArgumentError(f"{{name}} must be a finite number {bound}.", name, value)
-
-
-# === Checkpoints every epoch, resume when run again ===
-
-CHECKPOINT_WEIGHTS = "checkpoint.weights.h5"
-CHECKPOINT_STATE = "state.json"
-# Keras saves a LoRA Dense's kernel merged with its update and drops A and B: a resumed LoRA run
-# needs them, so the backup keeps them beside the weights (numpy arrays, never pickles).
-CHECKPOINT_LORA = "lora.npz"
-# A run directory holds these, and only these, of ours; each kind is recorded in the
-# directory's ownership marker (keras_vit.utils.files), so a user's directory is never taken.
-RUN_KIND, CHECKPOINT_KIND = "run", "checkpoint"
-BACKUP_DIR, LOG_FILE = "backup", "log.csv"
-
-
-def check_run_dir(run_dir, argument="run_dir"):
-    """Refuse, before any work, a run directory whose `backup/` or `log.csv` keras_vit did not write.
-
-    Other files in the directory are left alone; a new directory is fine.
-
-    Raises:
-        ArgumentError: naming the directory, the files and the argument
-            (`--run-dir` on the command line).
-    """
-    if run_dir is not None:
-        check_writable_names(run_dir, [BACKUP_DIR, LOG_FILE], RUN_KIND, argument)
-
-
-def finish_run(run_dir):
-    """Delete the run's epoch backup (what keras_vit wrote of it), keeping the log and any file of the user's.
-
-    Call it once the run's outputs are written. Until then the backup stays,
-    so a kill during the final evaluation or the saving of the model resumes
-    with every epoch done instead of training again from the start.
-    """
-    if run_dir is not None and engines.current().is_chief() and read_marker(run_dir)[0] == RUN_KIND:
-        backup = os.path.join(run_dir, BACKUP_DIR)
-        if os.path.isdir(backup):
-            files.remove_owned(backup)
-
-
-def _seed_states(model):
-    """The model's random-number states (dropout, drop path, corruption), not part of its weights."""
-    weights = {id(variable) for variable in model.weights}
-    return [variable for variable in model.variables if id(variable) not in weights]
-
-
-def _lora_layers(model):
-    layers = model.lora_layers() if hasattr(model, "lora_layers") else []
-    return [layer for layer in layers if layer.lora_enabled]
-
-
-def _save_lora(model, path):
-    """Write every LoRA Dense's A and B (Keras' weights file holds only the merged kernel)."""
-    layers = _lora_layers(model)
-    if layers:
-        arrays = {}
-        for index, layer in enumerate(layers):
-            arrays[f"{index}_a"] = keras.ops.convert_to_numpy(layer.lora_kernel_a.value)
-            arrays[f"{index}_b"] = keras.ops.convert_to_numpy(layer.lora_kernel_b.value)
-        files.write_arrays(path, arrays)
-
-
-def _restore_lora(model, path):
-    """Put A and B back and take their update out of the merged kernel that `load_weights` assigned."""
-    layers = _lora_layers(model)
-    if not layers or not os.path.exists(path):
-        return
-    with np.load(path, allow_pickle=False) as arrays:
-        for index, layer in enumerate(layers):
-            a, b = arrays[f"{index}_a"], arrays[f"{index}_b"]
-            merged = keras.ops.convert_to_numpy(layer._kernel.value).astype("float64")
-            layer._kernel.assign(merged - (layer.lora_alpha / layer.lora_rank) * (a.astype("float64") @ b))
-            layer.lora_kernel_a.assign(a)
-            layer.lora_kernel_b.assign(b)
-
-
-class EpochCheckpoint(keras.callbacks.Callback):
-    """Save everything a run needs to resume, atomically, after every epoch.
-
-    Like `keras.callbacks.BackupAndRestore`, the backup holds the weights
-    and the optimizer's state (moments, iteration count, gradient
-    accumulators) plus the number of epochs done; unlike it, it also holds
-    the random-number states of dropout and stochastic depth, it is written
-    as one directory swapped into place (a kill during the save leaves the
-    previous epoch's backup whole), and it records the run's settings so a
-    different command is not resumed by mistake.
-
-    Call `restore()` before `fit` and pass its result as `initial_epoch`.
-
-    Args:
-        directory: str. The backup directory (replaced every epoch).
-        settings: dict of JSON values describing the run (data, model,
-            recipe, seed); a backup made with other settings is refused.
-    """
-
-    def __init__(self, directory, settings=None):
-        super().__init__()
-        self.directory = os.path.abspath(os.fspath(directory))
-        self.settings = json.loads(json.dumps(settings or {}, default=str))
-
-    def restore(self, model):
-        """Load the backup into `model` (compiled); return the epochs it had done (0 without one)."""
-        if engines.current().is_chief():  # a swap of this run killed between its renames (systems without an exchange)
-            files.recover_abandoned(self.directory)
-        state_path = os.path.join(self.directory, CHECKPOINT_STATE)
-        if not os.path.exists(state_path):
-            return 0
-        with open(state_path) as file:
-            state = json.load(file)
-        if state.get("settings") != self.settings:
-            changed = sorted(key for key in set(state.get("settings", {})) | set(self.settings)
-                             if state.get("settings", {}).get(key) != self.settings.get(key))
-            raise ValueError(
-                f"{quote(self.directory)} holds the checkpoint of a run with other settings (changed: "
-                f"{', '.join(changed)}). Run the same command again to resume it, or delete that directory "
-                "(or choose another output) to start a new run."
-            )
-        # A backup without the key was written before keras_vit grouped qkv columns per head.
-        layouts = qkv_layouts(model)
-        saved_layouts = state.get("qkv_layouts", ["timm"] if layouts else [])
-        if saved_layouts != layouts:
-            raise ValueError(
-                f"{quote(self.directory)} holds the checkpoint of a model whose attention weights are stored in "
-                f"another column order ({', '.join(saved_layouts)}; this model: {', '.join(layouts)}), "
-                "written by an older keras_vit. Loading it would give wrong outputs without an error: delete that "
-                "directory (or choose another output) to start a new run."
-            )
-        if model.optimizer is not None and not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
-        model.load_weights(os.path.join(self.directory, CHECKPOINT_WEIGHTS))
-        _restore_lora(model, os.path.join(self.directory, CHECKPOINT_LORA))
-        seeds = _seed_states(model)
-        saved = state.get("seed_states", [])
-        if len(saved) == len(seeds):
-            for variable, value in zip(seeds, saved):
-                variable.assign(np.asarray(value, dtype=keras.backend.standardize_dtype(variable.dtype)))
-        # Set when the first epoch begins: `fit` itself draws from the global
-        # generator before that (building, creating the data iterator).
-        self._pending_global_rng = state.get("global_rng")
-        return int(state["epoch"])
-
-    def on_epoch_begin(self, epoch, logs=None):
-        if getattr(self, "_pending_global_rng", None) is not None:
-            set_global_rng_state(self._pending_global_rng)
-            self._pending_global_rng = None
-
-    def on_epoch_end(self, epoch, logs=None):
-        # First, on every process alike (the logs are the job's): a save that is collective must be skipped by all.
-        if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
-            return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
-        if not engines.current().is_chief():  # process 0 writes the job's checkpoint
-            files.take_part_in_save(self.model, CHECKPOINT_WEIGHTS)
-            return
-        state = {
-            "epoch": epoch + 1,
-            "settings": self.settings,
-            "qkv_layouts": qkv_layouts(self.model),
-            "seed_states": [keras.ops.convert_to_numpy(v.value).tolist() for v in _seed_states(self.model)],
-            "global_rng": global_rng_state(),
-            "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
-        }
-        # A file of the user's in backup/ (notes) is carried into each new backup, never deleted.
-        destination = claim(self.directory, CHECKPOINT_KIND,
-                            reserved=(CHECKPOINT_WEIGHTS, CHECKPOINT_STATE, CHECKPOINT_LORA))
-        with destination.directory() as staging:
-            files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
-            _save_lora(self.model, os.path.join(staging, CHECKPOINT_LORA))
-            files.write_json_file(os.path.join(staging, CHECKPOINT_STATE), state)
-        run_dir = os.path.dirname(self.directory)
-        if read_marker(run_dir)[0] == RUN_KIND:
-            mark_directory(run_dir, RUN_KIND, [os.path.basename(self.directory)])
-
-
-def _trim_log(run_dir, epochs_done):
-    """Keep only the CSV log's rows of epochs the checkpoint holds (a kill may leave one more)."""
-    path = os.path.join(run_dir, LOG_FILE)
-    if not os.path.exists(path):
-        return
-    with open(path) as file:
-        rows = file.read().splitlines()
-    kept = rows[:1] + [row for row in rows[1:] if row and int(row.split(",", 1)[0]) < epochs_done]
-    claim(run_dir, RUN_KIND, names=[LOG_FILE]).save_text(LOG_FILE, "".join(row + "\n" for row in kept))
-
-
-class EpochLog(keras.callbacks.Callback):
-    """`log.csv`: one row per epoch, the columns of `keras.callbacks.CSVLogger`, written through the writer.
-
-    The file is rewritten whole after each epoch (it is small), so it is
-    recorded as keras_vit's by its content: a log the user edited is theirs.
-
-    Args:
-        run_dir: str. The run directory (claimed for `log.csv`).
-        append: bool. Continue the rows already in the file (a resumed run).
-    """
-
-    def __init__(self, run_dir, append=False):
-        super().__init__()
-        self.destination = claim(run_dir, RUN_KIND, names=[LOG_FILE], argument="run_dir")
-        self.rows = []
-        path = os.path.join(run_dir, LOG_FILE)
-        if append and os.path.exists(path):
-            with open(path) as file:
-                self.rows = file.read().splitlines()
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
-        if not self.rows:
-            keys = sorted(logs)
-            if keys and not any(key.startswith("val_") for key in keys):
-                keys += [f"val_{key}" for key in keys]  # as CSVLogger: columns for validation too
-            self.rows.append(",".join(["epoch", *keys]))
-        keys = self.rows[0].split(",")[1:]
-        self.rows.append(",".join([str(epoch), *(str(logs.get(key, "NA")) for key in keys)]))
-        self.destination.save_text(LOG_FILE, "".join(row + "\n" for row in self.rows))
-
-
-def qkv_layouts(model):
-    """The column orders of `model`'s fused qkv kernels (`["heads"]` for any model built today).
-
-    A weights file carries no config: the epoch backup records these so a
-    backup written in another order is refused instead of loaded wrongly.
-    """
-    return sorted({layer.qkv_layout for layer in model._flatten_layers() if isinstance(layer, MultiHeadSelfAttention)})
-
-
-def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_data=None, callbacks=(),
-                  verbose=1, keep_backup=False):
-    """`model.fit` that checkpoints every epoch into `run_dir` and resumes from it.
-
-    With `run_dir`, the run directory holds `backup/` (an `EpochCheckpoint`)
-    and `log.csv` (`EpochLog`: the columns of `keras.callbacks.CSVLogger`, one row per epoch), and a
-    marker that says keras_vit wrote them: a directory whose `backup/` or
-    `log.csv` is someone else's is refused before training. Running the same
-    call again after a kill restores the weights, optimizer and random
-    states and continues at the next epoch; the backup is deleted when
-    training finishes (or, with `keep_backup=True`, when the caller calls
-    `finish_run` after writing its outputs). The log is kept. `TerminateOnNaN` stops a run
-    whose loss becomes NaN. Datasets with `set_epoch` (`ImageFolderDataset`,
-    `ArrayBatches`) are told each epoch, so the resumed batches equal the
-    uninterrupted run's.
-
-    In a job of several processes the job's engine
-    (`keras_vit.distribution.engines.current()`) does what differs: each
-    process trains on its share of every global batch (a sharded copy of
-    `data`), the gradients are averaged across processes, the held-out
-    numbers are those of the whole `validation_data`, and process 0 alone
-    prints progress and writes the backup and the log. A rerun after any
-    process was killed resumes every process from process 0's backup.
-
-    Args:
-        model: a compiled `keras.Model`.
-        data: a `keras.utils.PyDataset` (or anything `fit` takes as `x`).
-        epochs: int. Total epochs of the run.
-        run_dir: str or `None`. Where to checkpoint; `None` trains without
-            checkpoints.
-        settings: dict. The run's settings, checked on resume.
-        validation_data: passed to `fit`.
-        callbacks: extra callbacks.
-        verbose: Keras progress-bar mode.
-        keep_backup: bool. Keep the backup after the last epoch, for a
-            caller that still evaluates or saves. Defaults to `False`.
-
-    Returns:
-        `(history, initial_epoch)`.
-    """
-    from keras_vit.data.image_folder import EpochSync
-
-    engine = engines.current()
-    chief = engine.is_chief()
-    data = engine.shard(data)
-    if hasattr(validation_data, "shard"):
-        validation_data = engine.held_out(validation_data)
-    verbose = verbose if chief else 0
-    all_callbacks = [EpochSync(data), keras.callbacks.TerminateOnNaN(), *callbacks]
-    initial_epoch = 0
-    if run_dir is not None:
-        check_run_dir(run_dir)
-        if chief:
-            files.make_directory(run_dir)
-            mark_directory(run_dir, RUN_KIND, [BACKUP_DIR, LOG_FILE])
-        checkpoint = EpochCheckpoint(os.path.join(run_dir, BACKUP_DIR), settings)
-        initial_epoch = engine.restore(checkpoint, model)
-        if initial_epoch and chief:
-            _trim_log(run_dir, initial_epoch)
-            if verbose:
-                print(f"Resuming from the checkpoint in {quote(run_dir)}: {initial_epoch} of {epochs} epochs done.")
-        # The log's row first, then the backup: a kill between leaves the log one row ahead, which the
-        # rerun trims (`_trim_log`); the other way round it would lose the row of an epoch the backup holds.
-        if chief:
-            all_callbacks.append(EpochLog(run_dir, append=initial_epoch > 0))
-        all_callbacks.append(checkpoint)
-    # First: the checkpoint and the log then hold the job's numbers.
-    all_callbacks[:0] = engine.prepare(model, data)
-    # shuffle=False: the datasets shuffle themselves by (seed, epoch); Keras'
-    # own shuffling of batch order draws from Python's global `random`, whose
-    # state a checkpoint does not hold.
-    history = model.fit(engine.fit_input(data), validation_data=engine.fit_input(validation_data),
-                        epochs=epochs, initial_epoch=initial_epoch, callbacks=all_callbacks, shuffle=False,
-                        verbose=verbose)
-    if not keep_backup and not model.stop_training:
-        finish_run(run_dir)
-    return history, initial_epoch
+    train = ArrayBatches(x_train, check_labels(y_train, model.num_classes), batch_size, seed=seed)
+    test = ArrayBatches(test_data[0], check_labels(test_data[1], model.num_classes), batch_size=256, shuffle=False)
+    optimizer = build_optimizer(learning_rate, weight_decay, total_steps=epochs * len(train))
+    run = run_training(model, train, optimizer, epochs, run_dir=run_dir, settings=settings, held_out=test,
+                       verbose=verbose, keep_backup=keep_backup)
+    return {"accuracy": run["held_out"]["accuracy"], "loss": run["held_out"]["loss"], "seconds": run["seconds"],
+            "history": run["history"], "initial_epoch": run["initial_epoch"]}
 
 
 def save_model(model, path):
@@ -454,12 +178,5 @@ def save_model(model, path):
     one. In a job of several processes only process 0 writes (the others
     take part in a collective save and discard it).
     """
-    from keras_vit.presets.keras_vit_format import optimizer_set_aside
-
     with optimizer_set_aside(model):
         files.save_model(model, path)
-
-
-def default_run_dir(output):
-    """The run directory beside an output path: `OUTPUT.run`."""
-    return None if output is None else os.path.abspath(os.fspath(output)).rstrip(os.sep) + ".run"

@@ -81,7 +81,7 @@ def test_a_saved_lora_model_is_a_plain_model_with_the_update_merged(save, tmp_pa
 
 
 def test_an_epoch_backup_keeps_the_low_rank_factors(tmp_path):
-    from keras_vit.workflows.training import EpochCheckpoint
+    from keras_vit.workflows.resuming import EpochCheckpoint
 
     x, y = images()
     trained = tiny_classifier()

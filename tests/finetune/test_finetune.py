@@ -19,8 +19,8 @@ def folder(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"epochs": 0}, "`epochs` must be a positive integer"),
-    ({"batch_size": 0}, "`batch_size` must be a positive integer"),
+    ({"epochs": 0}, "`epochs` must be a positive int"),
+    ({"batch_size": 0}, "`batch_size` must be a positive int"),
     ({"learning_rate": float("nan")}, "`learning_rate` must be a finite number > 0"),
     ({"recipe": "lamb"}, "Unknown recipe 'lamb'"),
 ])
@@ -199,7 +199,7 @@ def test_finetune_command_with_mixup(folder, tmp_path, capsys):
 
 
 def test_a_backup_from_other_settings_is_not_resumed(tmp_path):
-    from keras_vit.workflows.training import EpochCheckpoint
+    from keras_vit.workflows.resuming import EpochCheckpoint
 
     model = keras_vit.ViTClassifier.from_variant("ViT-Ti/16", image_size=8, patch_size=4, hidden_dim=16,
                                                  num_layers=1, num_heads=2, mlp_dim=16, num_classes=2)

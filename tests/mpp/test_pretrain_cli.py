@@ -39,7 +39,7 @@ def test_pretrain_then_fine_tune_from_it(tmp_path, few_digits, capsys):
     # The saved file holds the model, not the optimizer's state (the epoch backup keeps that for resuming).
     assert getattr(predictor, "optimizer", None) is None and not predictor.compiled
     # `fit(images)` trained the backbone: it left the seed-0 initialisation.
-    untrained = keras_vit.workflows.pretraining.build_digits_predictor(seed=0)
+    untrained = keras_vit.workflows.digits_demo.build_digits_predictor(seed=0)
     moved = [
         np.abs(ops.convert_to_numpy(a) - ops.convert_to_numpy(b)).max()
         for a, b in zip(untrained.backbone.trainable_weights, predictor.backbone.trainable_weights)

@@ -295,7 +295,7 @@ def test_a_model_card_the_user_edited_survives_the_next_save(tmp_path, monkeypat
 def test_a_users_file_in_the_epoch_backup_survives_the_cleanup(tmp_path):
     # main: finish_run removed backup/ with everything in it.
     from keras_vit.data.image_folder import ArrayBatches
-    from keras_vit.workflows.training import fit_resumable, finish_run
+    from keras_vit.workflows.resuming import finish_run, fit_resumable
 
     keras.utils.set_random_seed(0)
     model = tiny_classifier()

@@ -97,6 +97,14 @@ def test_check_number():
         values.check_number(-1e-8, "epsilon", minimum=0)
 
 
+def test_check_positive_number_refuses_zero_negatives_and_non_numbers():
+    for accepted in (1e-8, 2e-3, 1, np.float32(0.5)):
+        values.check_positive_number(accepted, "learning_rate")
+    for refused in (0, 0.0, -1e-3, True, "1e-3", None, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=r"`learning_rate` must be a finite number > 0\. Received: learning_rate="):
+            values.check_positive_number(refused, "learning_rate")
+
+
 def test_check_choice_lists_the_choices():
     values.check_choice("gap", ("token", "gap"), "pooling")
     for refused in ("max", "TOKEN", None, ("token",), 1):

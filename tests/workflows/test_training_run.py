@@ -1,0 +1,118 @@
+"""One training run (`keras_vit.workflows.training.run_training`) behind `train`, `pretrain` and `finetune`.
+
+The three workflows differ in their model, data and optimizer; what happens after is the same run: the
+same run directory (`log.csv` and an epoch backup, deleted when the run ends), the held-out numbers of the
+job's engine, and a diverged loss refused with the last good epoch kept.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.data import load_digits_split
+from keras_vit.distribution import engines
+from keras_vit.workflows.digits_demo import build_digits_classifier, build_digits_predictor
+from keras_vit.workflows.pretraining import pretrain_predictor
+from keras_vit.workflows.resuming import BACKUP_DIR, CHECKPOINT_STATE, LOG_FILE
+from keras_vit.workflows.training import build_optimizer, run_training, train_classifier
+from keras_vit.data.image_folder import ArrayBatches
+from tests.finetune.helpers import tiny_backbone_file, write_folder
+
+SMALL = dict(num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)
+
+
+@pytest.fixture
+def digits():
+    (x_train, y_train), (x_test, y_test) = load_digits_split(seed=0)
+    return (x_train[:64], y_train[:64]), (x_test[:32], y_test[:32])
+
+
+@pytest.fixture
+def evaluations(monkeypatch):
+    """The models whose held-out numbers the job's engine computed, in order."""
+    engine = engines.current()
+    evaluate = engine.evaluate
+    seen = []
+
+    def recording(model, dataset):
+        seen.append(type(model).__name__)
+        return evaluate(model, dataset)
+
+    monkeypatch.setattr(engine, "evaluate", recording)
+    return seen
+
+
+def _log_rows(run_dir):
+    with open(os.path.join(run_dir, LOG_FILE)) as file:
+        return [row.split(",") for row in file.read().splitlines()]
+
+
+@pytest.mark.slow
+def test_train_pretrain_and_finetune_make_the_same_run(tmp_path, digits, evaluations):
+    # Before: pretrain scored its held-out images with its own `predictor.evaluate` (each process's share
+    # in a job of several), not the job's engine: `evaluations` lacked "MaskedPatchPredictor".
+    train, test = digits
+    runs = {name: str(tmp_path / name) for name in ("train", "pretrain", "finetune")}
+    trained = train_classifier(build_digits_classifier(seed=0, **SMALL), train, test, epochs=2, batch_size=32,
+                               verbose=0, run_dir=runs["train"])
+    pretrained = pretrain_predictor(build_digits_predictor(seed=0, **SMALL), train[0], validation_images=test[0],
+                                    epochs=2, batch_size=32, verbose=0, run_dir=runs["pretrain"])
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=6, size=(8, 8))
+    finetuned = keras_vit.finetune(folder, preset=tiny_backbone_file(str(tmp_path / "backbone.keras")),
+                                   recipe="adamw", epochs=2, batch_size=4, validation_split=0.5,
+                                   output=str(tmp_path / "out"), run_dir=runs["finetune"], verbose=0, workers=1)
+
+    assert evaluations == ["ViTClassifier", "MaskedPatchPredictor", "ViTClassifier"]
+    assert 0.0 <= trained["accuracy"] <= 1.0 and 0.0 <= finetuned["accuracy"] <= 1.0
+    assert set(pretrained["validation"]) >= {"loss"}
+    layouts = {name: sorted(os.listdir(run_dir)) for name, run_dir in runs.items()}
+    assert layouts["train"] == layouts["pretrain"] == layouts["finetune"], layouts
+    assert LOG_FILE in layouts["train"] and BACKUP_DIR not in layouts["train"]  # the backup goes when the run ends
+    for name, run_dir in runs.items():
+        rows = _log_rows(run_dir)
+        assert rows[0][0] == "epoch" and [row[0] for row in rows[1:]] == ["0", "1"], (name, rows)
+        assert "loss" in rows[0], (name, rows[0])
+    for result in (trained, pretrained, finetuned):
+        assert result["initial_epoch"] == 0 and len(result["history"].history["loss"]) == 2
+
+
+@pytest.mark.parametrize("workflow", ["train", "pretrain"])
+def test_a_loss_that_becomes_nan_is_refused(workflow, tmp_path, digits):
+    # Before: train and pretrain returned their numbers (NaN loss) and the commands then saved the diverged
+    # model and deleted the run's backup; only finetune refused.
+    (x_train, y_train), (x_test, y_test) = digits
+    x_train = np.full_like(x_train, np.nan)
+    run_dir = str(tmp_path / "run")
+    with pytest.raises(ValueError, match="the loss became NaN or infinite in epoch 1. Lower the learning rate"):
+        if workflow == "train":
+            train_classifier(build_digits_classifier(seed=0, **SMALL), (x_train, y_train), (x_test, y_test),
+                             epochs=2, batch_size=32, verbose=0, run_dir=run_dir)
+        else:
+            pretrain_predictor(build_digits_predictor(seed=0, **SMALL), x_train, epochs=2, batch_size=32,
+                               verbose=0, run_dir=run_dir)
+    assert not os.path.exists(os.path.join(run_dir, BACKUP_DIR, CHECKPOINT_STATE))  # no diverged epoch saved
+
+
+def test_a_diverged_run_keeps_its_last_good_epoch(tmp_path, digits):
+    (x_train, y_train), _ = digits
+
+    class Diverge(keras.callbacks.Callback):
+        """Turns the weights to NaN as the second epoch begins, as a learning rate far too high would."""
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1:
+                for variable in self.model.trainable_variables:
+                    variable.assign(keras.ops.full(variable.shape, float("nan"), variable.dtype))
+
+    model = build_digits_classifier(seed=0, **SMALL)
+    batches = ArrayBatches(x_train, y_train, batch_size=32)
+    run_dir = str(tmp_path / "run")
+    with pytest.raises(ValueError, match=r"in epoch 2\. .* kept in "):
+        run_training(model, batches, build_optimizer(1e-3, 0.0, total_steps=6), epochs=3, run_dir=run_dir,
+                     callbacks=[Diverge()], verbose=0)
+    with open(os.path.join(run_dir, BACKUP_DIR, CHECKPOINT_STATE)) as file:
+        assert json.load(file)["epoch"] == 1  # the last good epoch, to resume from with a lower learning rate
