@@ -18,6 +18,27 @@ def test_help_lists_commands(capsys):
         assert command in out
 
 
+# Before: `train --help` and `pretrain --help` imported Keras and the backend (the digits demo's settings were
+# read at import); `predict --help` still does (its --max-pixels default comes from keras_vit.data).
+@pytest.mark.slow  # one Python process per command
+@pytest.mark.one_backend("what a command's --help imports, before any backend starts")
+@pytest.mark.parametrize("command", ["train", "pretrain", "finetune", "fewshot", "export", "quantize", "convert"])
+def test_command_help_starts_no_backend(command):
+    import subprocess
+    import sys
+
+    code = (
+        "import contextlib, io, sys\n"
+        f"sys.argv = ['keras-vit', {command!r}, '--help']\n"
+        "import keras_vit.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    status = keras_vit.cli.main([{command!r}, '--help'])\n"
+        "print(status, sorted(m for m in ('keras', 'jax', 'torch', 'tensorflow') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["0", "[]"], (done.stdout, done.stderr)
+
+
 @pytest.mark.slow  # trains the digits model for an epoch
 def test_train_runs_on_digits_and_saves(tmp_path, capsys):
     path = str(tmp_path / "digits.keras")
