@@ -7,6 +7,7 @@ from keras import ops
 
 import keras_vit
 import keras_vit.data
+import keras_vit.workflows.digits_demo
 import keras_vit.workflows.pretraining
 from keras_vit import cli
 
@@ -23,7 +24,7 @@ def few_digits(monkeypatch):
         return (x_train[:48], y_train[:48]), (x_test[:16], y_test[:16])
 
     monkeypatch.setattr(keras_vit.data, "load_digits_split", small_split)
-    monkeypatch.setattr(keras_vit.workflows.pretraining, "DIGITS_MODEL", TINY)
+    monkeypatch.setattr(keras_vit.workflows.digits_demo, "DIGITS_MODEL", TINY)
 
 
 @pytest.mark.slow

@@ -41,7 +41,7 @@ EXCEPTIONS = {
         "class folders made inside the staging directory the writer gave (atomic_directory)",
     ("data/digits.py", "write_digits_folder", "save"):
         "PIL's Image.save of each digit inside the staging directory the writer gave (atomic_directory)",
-    ("commands/train.py", "run_distributed", "open"):
+    ("commands/training_options.py", "run_distributed", "open"):
         "opens os.devnull as stdout of processes other than 0: silences them, writes no file",
     ("cli.py", "_without_start_up_chatter", "tempfile.TemporaryFile"):
         "a nameless file (never in the file system's tree) that holds stderr while the backend starts",

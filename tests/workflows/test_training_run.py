@@ -9,7 +9,6 @@ import json
 import os
 
 import keras
-import numpy as np
 import pytest
 
 import keras_vit
@@ -80,20 +79,26 @@ def test_train_pretrain_and_finetune_make_the_same_run(tmp_path, digits, evaluat
         assert result["initial_epoch"] == 0 and len(result["history"].history["loss"]) == 2
 
 
+def _diverged(model):
+    """`model` with every trainable weight NaN: its first epoch's loss is NaN, as with a far too high rate."""
+    for variable in model.trainable_variables:
+        variable.assign(keras.ops.full(variable.shape, float("nan"), variable.dtype))
+    return model
+
+
 @pytest.mark.parametrize("workflow", ["train", "pretrain"])
 def test_a_loss_that_becomes_nan_is_refused(workflow, tmp_path, digits):
     # Before: train and pretrain returned their numbers (NaN loss) and the commands then saved the diverged
     # model and deleted the run's backup; only finetune refused.
-    (x_train, y_train), (x_test, y_test) = digits
-    x_train = np.full_like(x_train, np.nan)
+    train, test = digits
     run_dir = str(tmp_path / "run")
     with pytest.raises(ValueError, match="the loss became NaN or infinite in epoch 1. Lower the learning rate"):
         if workflow == "train":
-            train_classifier(build_digits_classifier(seed=0, **SMALL), (x_train, y_train), (x_test, y_test),
-                             epochs=2, batch_size=32, verbose=0, run_dir=run_dir)
+            train_classifier(_diverged(build_digits_classifier(seed=0, **SMALL)), train, test, epochs=2,
+                             batch_size=32, verbose=0, run_dir=run_dir)
         else:
-            pretrain_predictor(build_digits_predictor(seed=0, **SMALL), x_train, epochs=2, batch_size=32,
-                               verbose=0, run_dir=run_dir)
+            pretrain_predictor(_diverged(build_digits_predictor(seed=0, **SMALL)), train[0], epochs=2,
+                               batch_size=32, verbose=0, run_dir=run_dir)
     assert not os.path.exists(os.path.join(run_dir, BACKUP_DIR, CHECKPOINT_STATE))  # no diverged epoch saved
 
 
@@ -105,8 +110,7 @@ def test_a_diverged_run_keeps_its_last_good_epoch(tmp_path, digits):
 
         def on_epoch_begin(self, epoch, logs=None):
             if epoch == 1:
-                for variable in self.model.trainable_variables:
-                    variable.assign(keras.ops.full(variable.shape, float("nan"), variable.dtype))
+                _diverged(self.model)
 
     model = build_digits_classifier(seed=0, **SMALL)
     batches = ArrayBatches(x_train, y_train, batch_size=32)
