@@ -34,6 +34,7 @@ import numpy as np
 
 from keras_vit.data.augment import AugmentPolicy, random_resized_crop
 from keras_vit.data.images import DEFAULT_MAX_PIXELS, ImageFileError, center_crop, open_image, read_image
+from keras_vit.utils import to_pair
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.files import path_relation, quote
 
@@ -372,7 +373,6 @@ class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
             raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}")
         if not paths:
             raise ValueError("An ImageFolderDataset needs at least one image.")
-        from keras_vit.utils import to_pair
 
         self.paths = list(paths)
         self.labels = None if labels is None else np.asarray(labels, dtype="int32")
@@ -578,7 +578,6 @@ def read_image_folder(directory, image_size, num_channels=3, class_names=None, o
         int32 labels, and the class names.
     """
     paths, labels, class_names = index_image_folder(directory, class_names, on_bad_file, max_pixels)
-    from keras_vit.utils import to_pair
 
     size = to_pair(image_size, "image_size")
     images = np.stack([center_crop(read_image(path, num_channels), size) for path in paths])

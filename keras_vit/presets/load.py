@@ -16,6 +16,7 @@ import os
 
 from keras_vit.presets.formats import READ_FORMATS, detect_format
 from keras_vit.presets.handles import hub_files, resolve
+from keras_vit.presets.kaggle import kaggle_directory
 from keras_vit.presets.keras_vit_format import model_classes
 from keras_vit.utils import to_pair
 from keras_vit.utils.errors import ArgumentError
@@ -58,8 +59,6 @@ def _locate(kind, value, entry):
     if kind == "hub":
         return hub_files(value)
     if kind == "kaggle":
-        from keras_vit.presets.kaggle import kaggle_directory
-
         value = kaggle_directory(value)
     return detect_format(value), value
 
