@@ -31,6 +31,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from keras_vit.utils.files import make_directory, probe_writable, remove_damaged_download
+
 _CHUNK = 1 << 20
 # The hub's own repo-id rule (huggingface_hub.utils.validate_repo_id) for each of
 # `org` and `repo`, limited to ASCII: word characters, '-' and '.', starting and
