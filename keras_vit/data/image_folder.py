@@ -220,8 +220,8 @@ def index_image_folder(directory, class_names=None, on_bad_file="error", max_pix
     return paths, np.asarray(labels, dtype="int32"), list(class_names)
 
 
-def check_labels(labels, num_classes):
-    """Check integer class labels before training on them.
+def checked_class_indices(labels, num_classes):
+    """Integer class labels, checked before training on them, as an int32 array.
 
     Args:
         labels: array-like of labels.
@@ -236,7 +236,7 @@ def check_labels(labels, num_classes):
 
     Example:
 
-    >>> keras_vit.data.check_labels([0, 2, 1], num_classes=3)
+    >>> keras_vit.data.checked_class_indices([0, 2, 1], num_classes=3)
     array([0, 2, 1], dtype=int32)
     """
     array = np.asarray(labels)
@@ -258,6 +258,11 @@ def check_labels(labels, num_classes):
                 f"Labels must be in [0, {num_classes}) for a {num_classes}-class model. Received a label {bad}."
             )
     return array.astype("int32")
+
+
+# Temporary: the workflows' callers (fewshot, training, finetuning) use the old name until the
+# issue 35 branches merge; `check_labels` is also a model method, a different check.
+check_labels = checked_class_indices
 
 
 def stratified_split(labels, validation_split, seed=0):
