@@ -170,9 +170,9 @@ IMPORT_CYCLES = {
         "`keras_vit.convert.load_checkpoint` is a thin facade over the one reader, `presets.load_model`, "
         "which reads checkpoints through `convert`",
     ("keras_vit.presets.hub", "keras_vit"):
-        "the download's user agent names the package version; the package imports `presets` to register them",
+        "the download's user agent names `keras_vit.__version__`; the package's `__init__` imports `presets`",
     ("keras_vit.presets.keras_vit_format", "keras_vit"):
-        "a preset's metadata records the package version; the package imports `presets`",
+        "a preset's metadata records `keras_vit.__version__`; the package's `__init__` imports `presets`",
     ("keras_vit.utils.files", "keras_vit.distribution.processes"):
         "the one writer asks the job, at save time, whether this process writes; the job's processes "
         "module reads and writes through `utils.files`",
