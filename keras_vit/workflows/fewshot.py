@@ -23,7 +23,7 @@ and double precision keeps the weights independent of the backend.
 import keras
 import numpy as np
 
-from keras_vit.data.image_folder import check_held_out, check_labels, read_image_folder, stratified_split
+from keras_vit.data.image_folder import check_held_out, checked_class_indices, read_image_folder, stratified_split
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier
 from keras_vit.utils.errors import ArgumentError
@@ -55,7 +55,7 @@ def fit_linear_probe(features, labels, num_classes, l2_reg=DEFAULT_L2_REG):
         the constant feature 100, i.e. it is the bias divided by 100),
         `mean` and `std` `(1, d)` of the whitening.
     """
-    labels = check_labels(labels, num_classes)
+    labels = checked_class_indices(labels, num_classes)
     features = np.asarray(features, "float64")
     if features.ndim != 2 or len(features) != len(labels):
         raise ValueError(f"`features` must be (n, d) with one row per label. Received {features.shape} for "

@@ -14,7 +14,7 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.data import AugmentPolicy, check_labels, image_folder_datasets
+from keras_vit.data import AugmentPolicy, checked_class_indices, image_folder_datasets
 from keras_vit.data.image_folder import check_held_out
 from keras_vit.distribution import engines
 from keras_vit.models.vit_classifier import ViTClassifier
@@ -378,7 +378,7 @@ def finetune(
         validation_split=validation_split if validation_dir is None else 0, validation_dir=validation_dir,
         seed=seed, augment=augment, class_names=class_names, on_bad_file=on_bad_file, workers=workers,
     )
-    check_labels(train.labels, model.num_classes)
+    checked_class_indices(train.labels, model.num_classes)
     if variant is not None:
         warn_about_training_from_scratch(variant, len(train.paths), len(class_names))
 

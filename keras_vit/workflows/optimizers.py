@@ -2,8 +2,7 @@
 
 import keras
 
-from keras_vit.integrations import tf_optimizers
-from keras_vit.layers import fused
+from keras_vit.integrations import tf_optimizers, torch_optimizers
 
 
 class ReplicaSummedGradients:
@@ -81,7 +80,7 @@ class AdamW(ReplicaSummedGradients, keras.optimizers.AdamW):
     update: Keras' own AdamW there updates all weights with `torch._foreach_*`
     operations, each of which makes a temporary list as large as the model
     (`g**2`, `m * alpha`, `sqrt(v) + epsilon`, their quotient). This one calls
-    torch's fused Adam kernel once per step (`keras_vit.layers.fused`), which
+    torch's fused Adam kernel once per step (`keras_vit.integrations.torch_optimizers`), which
     reads and writes every tensor once and allocates nothing model-sized: a
     ViT-B/16 training step uses less memory and less time. On JAX and
     TensorFlow it is `keras.optimizers.AdamW` unchanged (XLA fuses the update
@@ -114,7 +113,7 @@ class AdamW(ReplicaSummedGradients, keras.optimizers.AdamW):
         if not self._can_fuse(grads, trainable_variables):
             return super()._backend_update_step(grads, trainable_variables, learning_rate)
         indices = [self._get_variable_index(v) for v in trainable_variables]
-        fused.adam_update(
+        torch_optimizers.adam_update(
             trainable_variables,
             grads,
             [self._momentums[i] for i in indices],
@@ -127,7 +126,7 @@ class AdamW(ReplicaSummedGradients, keras.optimizers.AdamW):
         )
 
     def _can_fuse(self, grads, trainable_variables):
-        return not self.amsgrad and fused.has_fused_adam(trainable_variables, grads)
+        return not self.amsgrad and torch_optimizers.has_fused_adam(trainable_variables, grads)
 
 
 def warmup_cosine_schedule(peak, warmup_updates, total_updates, batches_per_update=1):

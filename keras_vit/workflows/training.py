@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from keras_vit.data.image_folder import ArrayBatches, check_labels
+from keras_vit.data.image_folder import ArrayBatches, checked_class_indices
 from keras_vit.distribution import engines
 from keras_vit.presets.keras_vit_format import optimizer_set_aside
 from keras_vit.utils import files
@@ -158,8 +158,9 @@ def train_classifier(
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
     set_random_seed(seed)
     x_train, y_train = train_data
-    train = ArrayBatches(x_train, check_labels(y_train, model.num_classes), batch_size, seed=seed)
-    test = ArrayBatches(test_data[0], check_labels(test_data[1], model.num_classes), batch_size=256, shuffle=False)
+    train = ArrayBatches(x_train, checked_class_indices(y_train, model.num_classes), batch_size, seed=seed)
+    test_labels = checked_class_indices(test_data[1], model.num_classes)
+    test = ArrayBatches(test_data[0], test_labels, batch_size=256, shuffle=False)
     optimizer = build_optimizer(learning_rate, weight_decay, total_steps=epochs * len(train))
     run = run_training(model, train, optimizer, epochs, run_dir=run_dir, settings=settings, held_out=test,
                        verbose=verbose, keep_backup=keep_backup)
