@@ -194,24 +194,10 @@ PENDING_OTHER_BRANCHES = {
     ("keras_vit.distribution.engines", "keras_vit.distribution.engines.tf_workers"),
     ("keras_vit.distribution.engines", "keras_vit.distribution.engines.torch_processes"),
     ("keras_vit.distribution.engines.tf_workers", "keras_vit.integrations.tf_trainer"),
-    # workflows: every target is a lower layer or a sibling workflow, with no cycle; the integrations
-    # import their framework (TensorFlow, tf2onnx) only inside functions.
+    # workflows/export.py: every target is a lower layer, with no cycle; the integration imports its
+    # framework (tf2onnx) only inside functions.
     ("keras_vit.workflows.export", "keras_vit.integrations.onnx_ops"),
     ("keras_vit.workflows.export", "keras_vit.utils.files"),
-    ("keras_vit.workflows.fewshot", "keras_vit.data.image_folder"),
-    ("keras_vit.workflows.fewshot", "keras_vit.layers.token_pooling"),
-    ("keras_vit.workflows.fewshot", "keras_vit.models"),
-    ("keras_vit.workflows.finetuning", "keras_vit.data"),
-    ("keras_vit.workflows.finetuning", "keras_vit.data.image_folder"),
-    ("keras_vit.workflows.finetuning", "keras_vit.models.vit_classifier"),
-    ("keras_vit.workflows.finetuning", "keras_vit.presets"),
-    ("keras_vit.workflows.finetuning", "keras_vit.presets.keras_vit_format"),
-    ("keras_vit.workflows.finetuning", "keras_vit.workflows.training"),
-    ("keras_vit.workflows.optimizers", "keras_vit.integrations.tf_optimizers"),
-    ("keras_vit.workflows.pretraining", "keras_vit.data.image_folder"),
-    ("keras_vit.workflows.pretraining", "keras_vit.presets"),
-    ("keras_vit.workflows.training", "keras_vit.data.image_folder"),
-    ("keras_vit.workflows.training", "keras_vit.presets.keras_vit_format"),
 }
 
 IMPORTS_INSIDE_FUNCTIONS = {
