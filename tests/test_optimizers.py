@@ -116,11 +116,11 @@ def test_fit_with_a_string_free_compile():
 
 
 def test_torch_takes_the_fused_kernel_and_others_keras_path(monkeypatch):
-    from keras_vit.layers import fused
+    from keras_vit.integrations import torch_optimizers
 
     calls = []
-    original = fused.adam_update
-    monkeypatch.setattr(fused, "adam_update", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = torch_optimizers.adam_update
+    monkeypatch.setattr(torch_optimizers, "adam_update", lambda *a, **k: calls.append(1) or original(*a, **k))
     _train(AdamW(learning_rate=0.05), steps=1)
     assert bool(calls) == (keras.backend.backend() == "torch")
     calls.clear()
