@@ -155,6 +155,7 @@ def test_a_killed_worker_resumes_through_the_command_line(tmp_path):
 
 
 def test_tf_config_names_this_worker_and_the_job():
+    from keras_vit.distribution.engines import tf_workers
     from keras_vit.distribution.engines.tf_workers import tf_config_job
 
     def job(cluster, kind, index):
@@ -167,6 +168,13 @@ def test_tf_config_names_this_worker_and_the_job():
     assert job({"worker": workers, "evaluator": ["e:1"]}, "evaluator", 0) is None  # not a training task
     assert job({"worker": ["h0:1"]}, "worker", 0) is None  # one process: no job
     assert tf_config_job({}) is None
+    # The workers first meet at process 0's address: the chief's when there is one, else worker 0's.
+    address = tf_workers.first_worker_address
+    assert address({"TF_CONFIG": json.dumps({"cluster": {"worker": workers},
+                                             "task": {"type": "worker", "index": 1}})}) == "h0:1"
+    assert address({"TF_CONFIG": json.dumps({"cluster": {"chief": ["c:1"], "worker": workers},
+                                             "task": {"type": "worker", "index": 0}})}) == "c:1"
+    assert address({}) is None
     with pytest.raises(ValueError, match="TF_CONFIG must be JSON like"):
         tf_config_job({"TF_CONFIG": "worker 0"})
 
