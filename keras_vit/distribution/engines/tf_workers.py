@@ -6,12 +6,15 @@ command and its own `TF_CONFIG`, the JSON that names every worker's
 
     TF_CONFIG='{"cluster": {"worker": ["host0:port", "host1:port"]}, "task": {"type": "worker", "index": 0}}'
 
-`strategy()` creates the job's `tf.distribute.MultiWorkerMirroredStrategy`,
-which TensorFlow accepts only before any other TensorFlow operation of the
-process. The engine (`TensorFlowWorkers`) passes barriers and broadcasts
-through the strategy's collectives, feeds each worker its own rows of every
-global batch (`worker_batches`), and applies the two workarounds Keras'
-TensorFlow trainer needs under this strategy (`prepare`, with the code in
+`strategy()` waits, at most `KERAS_VIT_JOIN_TIMEOUT` seconds, until every
+worker has started, then creates the job's
+`tf.distribute.MultiWorkerMirroredStrategy`, which TensorFlow accepts only
+before any other TensorFlow operation of the process. The engine
+(`TensorFlowWorkers`) passes barriers and broadcasts through the strategy's
+collectives, feeds each worker its own rows of every global batch
+(`worker_batches`), weighs each worker's loss by its share of the batch's
+rows (`RowShare`), and applies the two workarounds Keras' TensorFlow
+trainer needs under this strategy (`prepare`, with the code in
 `keras_vit/integrations/tf_trainer.py`). Saving is collective: every worker
 saves, and only worker 0's file is kept. The strategy sums the gradients
 across workers every step; `keras_vit.optimizers` clip and accumulate that
