@@ -7,6 +7,7 @@ from keras_vit.data import ArrayBatches
 from keras_vit.distribution import engines
 from keras_vit.distribution.engines import joining
 from keras_vit.distribution.engines.base import Engine
+from keras_vit.distribution.engines.jax_processes import PaddedShare, real_means
 
 
 class SecondOfThree(Engine):
@@ -98,8 +99,6 @@ def test_every_training_command_builds_the_optimizer_that_sums_replicas():
 
 @pytest.mark.one_backend("numpy batches and the engine's bookkeeping; no model")
 def test_jax_padding_reads_every_row_once_and_weighs_the_padding_zero():
-    from keras_vit.distribution.engines.jax_processes import PaddedShare, real_means
-
     # 13 rows in batches of 5 over a batch axis of 4 devices in 2 processes: batches of 5, 5 and 3 are padded
     # to 8, 8 and 4, each process feeding half of every padded batch.
     x, y = np.arange(13)[:, None] * 10, np.arange(13)
