@@ -151,7 +151,9 @@ class PaddedRows(keras.callbacks.Callback):
     right, the loss is not. Here each step's loss is multiplied by `padded
     rows / real rows` before the gradient (through `optimizer.scale_loss`,
     Keras' hook between the loss and the gradient; the factor comes from
-    the batch's sample weights, in `train_step`), and the epoch's logged
+    the batch's sample weights, in a `train_step` wrapped on this one model:
+    Keras has no hook that sees both the batch and the loss before the
+    gradient), and the epoch's logged
     row means by the epoch's `padded rows / real rows` (`real_means`).
     """
 

@@ -293,8 +293,10 @@ class RowShare:
 
     Keras calls `model.optimizer.scale_loss(loss)` between the loss and the
     gradient (the supported hook for loss scaling, in every backend's
-    trainer); the factor is computed from the batch in `train_step` and
-    applied there, in the same traced step, and only during that step.
+    trainer); the factor is computed from the batch in `train_step` (which
+    the engine wraps on this one model already: Keras has no hook that sees
+    both the batch and the loss) and applied there, in the same traced step,
+    and only during that step.
     """
 
     def __init__(self, model):
