@@ -137,8 +137,8 @@ class LowRankAdaptation:
                              f"Received: path={str(path)!r}")
         arrays = self.lora_weights()
         destination = path if isinstance(path, files.Destination) else files.claim(path, "file")
-        with destination.file() as file:
-            np.savez(file, **arrays)
+        with destination.staged(suffix=".npz") as temporary:
+            files.write_arrays(temporary, arrays)
 
     def load_lora_weights(self, path, kernels_merged=False):
         """Load LoRA factors written by `save_lora_weights`.
