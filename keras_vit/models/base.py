@@ -50,8 +50,10 @@ class ViTModel(InputChecks, LowRankAdaptation, Quantization, Rematerialisation):
     Args:
         *args: `inputs, outputs` for a functional model, nothing otherwise.
         dtype: dtype policy (a name such as `"mixed_bfloat16"` or a
-            `keras.DTypePolicy`) or `None` for the global policy. It is kept
-            on the model and saved with it.
+            `keras.DTypePolicy`), a `keras.dtype_policies.DTypePolicyMap`
+            (what the config of a quantized model holds: each layer looks up
+            its own path), or `None` for the global policy. It is kept on
+            the model and saved with it.
         **kwargs: `name` and Keras' own arguments (`trainable`).
     """
 
