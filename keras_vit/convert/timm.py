@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.models.variants import MODEL_SIZES
 
@@ -355,8 +356,6 @@ def export_timm(model, path):
     Returns:
         The timm-style config dict that was stored.
     """
-    from keras_vit.convert.io import write_safetensors
-
     state_dict, backbone, classifier = model_to_timm(model)
     config = model_timm_config(backbone, classifier)
     write_safetensors(path, state_dict, metadata={"format": "pt", _KERAS_VIT_METADATA: json.dumps(config)})

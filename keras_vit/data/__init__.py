@@ -5,8 +5,8 @@
 - `image_folder_datasets`: training and validation `keras.utils.PyDataset`s
   from a folder, on every backend (no TensorFlow needed).
 - `read_image_folder`: a small folder as arrays.
-- `check_labels`: integer labels in `[0, num_classes)`, checked before
-  training.
+- `checked_class_indices`: integer labels in `[0, num_classes)`, checked
+  before training.
 - `AugmentPolicy`: random resized crop and flip (big_vision's fine-tuning),
   and RandAugment / MixUp / CutMix from Keras' preprocessing layers.
 - `read_image`, `center_crop`, `load_image`, `resize_images`: the one image
@@ -22,7 +22,8 @@ from keras_vit.data.image_folder import (
     EpochSync,
     ImageFolderDataset,
     check_image_file,
-    check_labels,
+    check_labels,  # temporary: the old name, still used by workflows/
+    checked_class_indices,
     image_folder_datasets,
     index_image_folder,
     read_image_folder,

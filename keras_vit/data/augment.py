@@ -5,7 +5,7 @@ The crop and flip follow big_vision's fine-tuning input pipeline
 image area with an aspect ratio in `ratio` is resized to the model's size.
 They run on each decoded image at full resolution, with a numpy generator
 seeded per image so a resumed run repeats them, and resample as the
-evaluation transform does (`keras_vit.data.images.resize_region`, bicubic). RandAugment, MixUp and CutMix
+evaluation transform does (`keras_vit.utils.image_resize.resize_region`, bicubic). RandAugment, MixUp and CutMix
 are Keras' own preprocessing layers, applied to each batch.
 """
 
@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from keras_vit.data.images import center_crop, resize_region  # noqa: F401 - center_crop: the eval transform
+from keras_vit.utils.image_resize import center_crop, resize_region  # noqa: F401 - center_crop: the eval transform
 
 
 def random_resized_crop(image, size, rng, scale=(0.05, 1.0), ratio=(3 / 4, 4 / 3), attempts=10):

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from keras_vit.utils import atomic_directory
+
 
 def load_digits_split(test_fraction=0.2, seed=0, pixel_range=255.0):
     """Load the 8x8 handwritten digits with a stratified train/test split.
@@ -62,8 +64,6 @@ def write_digits_folder(directory, test_fraction=0.2, seed=0):
     import os
 
     from PIL import Image
-
-    from keras_vit.utils import atomic_directory
 
     (x_train, y_train), (x_test, y_test) = load_digits_split(test_fraction=test_fraction, seed=seed)
     with atomic_directory(directory, "digits") as staging:

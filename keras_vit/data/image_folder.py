@@ -34,6 +34,7 @@ import numpy as np
 
 from keras_vit.data.augment import AugmentPolicy, random_resized_crop
 from keras_vit.data.images import DEFAULT_MAX_PIXELS, ImageFileError, center_crop, open_image, read_image
+from keras_vit.utils import to_pair
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.files import path_relation, quote
 
@@ -219,8 +220,8 @@ def index_image_folder(directory, class_names=None, on_bad_file="error", max_pix
     return paths, np.asarray(labels, dtype="int32"), list(class_names)
 
 
-def check_labels(labels, num_classes):
-    """Check integer class labels before training on them.
+def checked_class_indices(labels, num_classes):
+    """Integer class labels, checked before training on them, as an int32 array.
 
     Args:
         labels: array-like of labels.
@@ -235,7 +236,7 @@ def check_labels(labels, num_classes):
 
     Example:
 
-    >>> keras_vit.data.check_labels([0, 2, 1], num_classes=3)
+    >>> keras_vit.data.checked_class_indices([0, 2, 1], num_classes=3)
     array([0, 2, 1], dtype=int32)
     """
     array = np.asarray(labels)
@@ -257,6 +258,11 @@ def check_labels(labels, num_classes):
                 f"Labels must be in [0, {num_classes}) for a {num_classes}-class model. Received a label {bad}."
             )
     return array.astype("int32")
+
+
+# Temporary: the workflows' callers (fewshot, training, finetuning) use the old name until the
+# issue 35 branches merge; `check_labels` is also a model method, a different check.
+check_labels = checked_class_indices
 
 
 def stratified_split(labels, validation_split, seed=0):
@@ -372,7 +378,6 @@ class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
             raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}")
         if not paths:
             raise ValueError("An ImageFolderDataset needs at least one image.")
-        from keras_vit.utils import to_pair
 
         self.paths = list(paths)
         self.labels = None if labels is None else np.asarray(labels, dtype="int32")
@@ -578,7 +583,6 @@ def read_image_folder(directory, image_size, num_channels=3, class_names=None, o
         int32 labels, and the class names.
     """
     paths, labels, class_names = index_image_folder(directory, class_names, on_bad_file, max_pixels)
-    from keras_vit.utils import to_pair
 
     size = to_pair(image_size, "image_size")
     images = np.stack([center_crop(read_image(path, num_channels), size) for path in paths])

@@ -18,7 +18,9 @@ exactly the pixels it was evaluated on:
   integers, out-of-range floats, LAB) are refused (`read_image`);
 - resize the shorter side to the model's size and crop the centre
   (`center_crop`, its box from integers so it never leaves the image),
-  bicubic, as the ViT checkpoints' own evaluation does.
+  bicubic, as the ViT checkpoints' own evaluation does. The resizing of
+  arrays lives in `keras_vit.utils.image_resize` (below the models, which
+  resize raw arrays in `predict`) and is served from here too.
 """
 
 import os
@@ -26,16 +28,18 @@ import os
 import numpy as np
 
 from keras_vit.utils.files import quote
-from keras_vit.utils.values import to_pair
+from keras_vit.utils.image_resize import (  # noqa: F401
+    EVAL_TRANSFORM,
+    center_crop,
+    center_crop_box,
+    pil_image,
+    resize_images,
+    resize_region,
+)
 
 # 64 Mpx: an 8K x 8K image. Phone photos are 12-50 Mpx; a 20,000 x 20,000
 # "decompression bomb" PNG of a few KB (400 Mpx, 1.2 GB decoded) is refused.
 DEFAULT_MAX_PIXELS = 64_000_000
-
-
-# What every door of the image path does to a file, recorded in each preset's metadata.json.
-EVAL_TRANSFORM = {"exif_orientation": True, "alpha": "over white", "resize": "shorter side to the model's size",
-                  "crop": "centre", "interpolation": "bicubic"}
 
 
 class ImageFileError(ValueError):
@@ -54,14 +58,6 @@ def _describe_content(path):
     return f"it starts with {head[:8]!r}"
 
 
-def _pil():
-    try:
-        from PIL import Image
-    except ImportError as error:  # pragma: no cover - Pillow is a dependency
-        raise ImportError("Reading images needs Pillow: `pip install pillow`.") from error
-    return Image
-
-
 def open_image(path, max_pixels=DEFAULT_MAX_PIXELS):
     """Open an image file lazily and check it before decoding.
 
@@ -76,7 +72,7 @@ def open_image(path, max_pixels=DEFAULT_MAX_PIXELS):
     Raises:
         ImageFileError: the file is missing, empty, not an image, or too large.
     """
-    Image = _pil()
+    Image = pil_image()
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ImageFileError(f"No such image file: {quote(path)}")
@@ -187,7 +183,7 @@ def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
 
     from PIL import ImageOps
 
-    Image = _pil()
+    Image = pil_image()
     mode = {1: "L", 3: "RGB"}.get(num_channels)
     if mode is None:
         raise ValueError(f"`num_channels` must be 1 or 3 to read image files. Received: num_channels={num_channels!r}")
@@ -218,73 +214,6 @@ def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
     return array[..., None] if array.ndim == 2 else array
 
 
-def _to_pil(image):
-    array = np.clip(np.rint(image), 0, 255).astype("uint8")
-    return _pil().fromarray(array[..., 0] if array.shape[-1] == 1 else array)
-
-
-def resize_region(image, box, size):
-    """Crop `box` (left, top, right, bottom; fractional allowed) of `image` and resize it to `size`, bicubic.
-
-    The one resampling of the image path: `center_crop` and the training
-    crops of `keras_vit.data.augment` both use it. A box a rounding error
-    outside the image (Pillow refuses any) is clamped to its edges.
-    """
-    height, width = size
-    left, top, right, bottom = (float(v) for v in box)
-    box = (min(max(left, 0.0), image.shape[1]), min(max(top, 0.0), image.shape[0]),
-           min(max(right, 0.0), image.shape[1]), min(max(bottom, 0.0), image.shape[0]))
-    resized = _to_pil(image).resize((width, height), _pil().BICUBIC, box=box)
-    array = np.asarray(resized, dtype="float32")
-    return array[..., None] if image.shape[-1] == 1 else array
-
-
-def center_crop_box(height, width, out_h, out_w):
-    """The largest centred region of a `height x width` image with the aspect ratio of `out_h x out_w`.
-
-    Computed from integers: each coordinate is one exact fraction rounded
-    once to the nearest float (Python's `int / int`), so it never leaves
-    `[0, width] x [0, height]` (Pillow refuses a box that does). A float
-    formula (`out_h * (height / out_h)`) missed `height` by a rounding
-    error for some sizes, e.g. a top of -1.4e-14 for 232 x 309 at 224.
-
-    Args:
-        height: int. The image's height.
-        width: int. The image's width.
-        out_h: int. The output's height.
-        out_w: int. The output's width.
-
-    Returns:
-        A tuple of floats `(left, top, right, bottom)`, Pillow's box.
-    """
-    height, width, out_h, out_w = int(height), int(width), int(out_h), int(out_w)
-    if height * out_w <= width * out_h:
-        # The full height; the crop is `height * out_w / out_h` wide, centred: left = (width - that) / 2.
-        return ((width * out_h - height * out_w) / (2 * out_h), 0.0,
-                (width * out_h + height * out_w) / (2 * out_h), float(height))
-    # The full width; the crop is `width * out_h / out_w` high, centred.
-    return (0.0, (height * out_w - width * out_h) / (2 * out_w),
-            float(width), (height * out_w + width * out_h) / (2 * out_w))
-
-
-def center_crop(image, size):
-    """The evaluation transform: resize the shorter side to fit `size`, then crop the centre.
-
-    Args:
-        image: float array `(height, width, channels)` of [0, 255] pixels.
-        size: int or `(height, width)` of the output.
-
-    Returns:
-        float32 array `size + (channels,)`; the image itself when it already
-        has that size.
-    """
-    out_h, out_w = to_pair(size, "size")
-    height, width = image.shape[:2]
-    if (height, width) == (out_h, out_w):
-        return np.asarray(image, dtype="float32")
-    return resize_region(image, center_crop_box(height, width, out_h, out_w), (out_h, out_w))
-
-
 def load_image(path, image_size, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
     """`read_image`, then `center_crop` to `image_size`: a file as the model's input.
 
@@ -298,16 +227,3 @@ def load_image(path, image_size, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
         A float32 numpy array `(height, width, num_channels)` in [0, 255].
     """
     return center_crop(read_image(path, num_channels, max_pixels), image_size)
-
-
-def resize_images(images, image_size):
-    """A batch of raw images of any size brought to `image_size` by `center_crop`, image by image.
-
-    Args:
-        images: array `(batch, height, width, channels)` of [0, 255] pixels.
-        image_size: int or `(height, width)`.
-
-    Returns:
-        float32 array `(batch,) + image_size + (channels,)`.
-    """
-    return np.stack([center_crop(np.asarray(image), image_size) for image in images])

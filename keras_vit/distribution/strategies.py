@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_vit.distribution import engines
+from keras_vit.distribution.engines import jax_processes, tf_workers, torch_processes
 from keras_vit.distribution.layout import layout_map
 
 KINDS = ("data", "model")
@@ -172,8 +174,6 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
         raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
     backend = keras.backend.backend()
     if backend == "jax":
-        from keras_vit.distribution.engines import jax_processes
-
         jax_processes.join()  # a multi-process job when Keras' KERAS_DISTRIBUTION_* variables say so
         return data_parallel() if kind == "data" else model_parallel(model_parallelism)
     if backend == "tensorflow":
@@ -183,7 +183,6 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
                 "keras.distribution: set KERAS_BACKEND=jax. On TensorFlow use kind='data' "
                 "(MirroredStrategy, or TPUStrategy with a TPU). Received: kind='model', backend='tensorflow'"
             )
-        from keras_vit.distribution.engines import tf_workers
 
         if tpu is None and tf_workers.tf_config_job() is not None:
             return tf_workers.strategy()  # TF_CONFIG names several workers: one process of a multi-worker job
@@ -194,8 +193,6 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
             "KERAS_BACKEND=jax. On PyTorch use kind='data' under torchrun (one process per device). "
             f"Received: kind='model', backend={backend!r}"
         )
-    from keras_vit.distribution import engines
-    from keras_vit.distribution.engines import torch_processes
 
     if not torch_processes.launched_by_torchrun():
         raise ValueError(

@@ -13,6 +13,7 @@ import weakref
 import numpy as np
 
 from keras_vit.models.encoder import resolve_block_indices
+from keras_vit.models.vit_backbone import ViTBackbone
 from keras_vit.utils import to_pair
 
 HEAD_FUSIONS = ("mean", "max", "min")
@@ -29,8 +30,6 @@ def backbone_of(model):
     Returns:
         The `ViTBackbone`.
     """
-    from keras_vit.models.vit_backbone import ViTBackbone
-
     if isinstance(model, ViTBackbone):
         return model
     backbone = getattr(model, "backbone", None)

@@ -7,6 +7,7 @@ import numpy as np
 
 from keras_vit.inspection.attention import attention_distance, attention_maps, backbone_of, mean_attention_distance
 from keras_vit.inspection.embeddings import patch_embedding_components, position_embedding_similarity
+from keras_vit.inspection.figures import plot_figure7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +53,6 @@ class Figure7:
 
     def plot(self, title=None, figsize=(15, 5), dpi=100):
         """Draw the three panels (needs the `plot` extra); returns a matplotlib Figure."""
-        from keras_vit.inspection.figures import plot_figure7
-
         return plot_figure7(
             self.components, self.similarity, self.mean_attention_distance, self.blocks,
             max_distance=self.image_diagonal, uniform_distance=self.uniform_distance, title=title,

@@ -11,8 +11,8 @@ model's with the one eval transform.
 import numpy as np
 
 from keras_vit.layers.patches import check_image_shape
-from keras_vit.utils.checks import check_batch as check_images_batch
-from keras_vit.utils.checks import check_pixel_range
+from keras_vit.utils.checks import check_image_batch, check_pixel_range
+from keras_vit.utils.image_resize import resize_images
 
 
 class InputChecks:
@@ -39,7 +39,7 @@ class InputChecks:
         if shape is None:
             return
         # Empty and boolean batches: the functional Input would cast booleans to float silently.
-        check_images_batch(x)
+        check_image_batch(x)
         shape = tuple(None if d is None else int(d) for d in shape)
         expected = self.image_shape()
         # Rank and channels first, with the layers' own messages.
@@ -88,6 +88,4 @@ class InputChecks:
         expected = self.image_shape()
         if tuple(x.shape[1:3]) == tuple(expected[:2]) or x.shape[3] != expected[2] or not len(x):
             return x
-        from keras_vit.data.images import resize_images  # the image path lives above the models
-
         return resize_images(x, expected[:2])

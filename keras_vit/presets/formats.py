@@ -21,6 +21,7 @@ readers directly: `convert` holds only converters and never imports it.
 import dataclasses
 import os
 
+import keras_vit.models  # noqa: F401  (registers the classes a .keras file names, for read_keras_file)
 from keras_vit.convert.huggingface import from_huggingface, is_huggingface_state_dict
 from keras_vit.convert.io import CONFIG_FILE, PICKLE_SUFFIXES, pickle_refusal, read_npz, read_safetensors_with_metadata
 from keras_vit.convert.kerashub import load_kerashub_preset
@@ -154,8 +155,6 @@ def read_keras_file(path, *, load_weights=True, where=None, **options):
     is not restored.
     """
     import keras
-
-    import keras_vit.models  # noqa: F401  (registers the classes the file names)
 
     check_keras_file(path)
     model = keras.saving.load_model(path, compile=False, safe_mode=True)

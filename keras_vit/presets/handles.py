@@ -21,6 +21,7 @@ import os
 
 from keras_vit.convert.io import CONFIG_FILE
 from keras_vit.presets import hub
+from keras_vit.presets.kaggle import parse_kaggle_handle
 from keras_vit.presets.formats import READ_FORMATS, detect_config_format
 from keras_vit.presets.registry import PRESETS
 from keras_vit.utils.errors import ArgumentError
@@ -51,8 +52,6 @@ def resolve(handle):
         hub.parse_hub_handle(handle)
         return "hub", handle, None
     if handle.startswith("kaggle://"):
-        from keras_vit.presets.kaggle import parse_kaggle_handle
-
         parse_kaggle_handle(handle)
         return "kaggle", handle, None
     if os.path.exists(handle):

@@ -31,6 +31,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from keras_vit.utils.files import make_directory, probe_writable, remove_damaged_download
+
 _CHUNK = 1 << 20
 # The hub's own repo-id rule (huggingface_hub.utils.validate_repo_id) for each of
 # `org` and `repo`, limited to ASCII: word characters, '-' and '.', starting and
@@ -269,8 +271,6 @@ def _translate_error(error, repo_id, filename, revision, offline=False):
 def _writable_problem(root):
     """`None` if files can be created under `root` (made if missing), else the OS's reason."""
     try:
-        from keras_vit.utils.files import make_directory, probe_writable
-
         make_directory(root)
         probe_writable(root)
     except OSError as error:
@@ -371,8 +371,6 @@ def _check_sha256(path, expected, repo_id, filename, revision, root):
     # The cache names a large file's blob by the SHA-256 the hub announced: if that is
     # the expected one, the bytes were damaged on the way or on disk, so drop them.
     if os.path.basename(real) == expected.lower() and _inside(real, root):
-        from keras_vit.utils.files import remove_damaged_download
-
         remove_damaged_download(path, root)
         cause = "the cached copy is damaged; it was removed from the cache. Try again"
     else:

@@ -19,8 +19,11 @@ import keras
 import numpy as np
 
 from keras_vit.convert.io import CONFIG_FILE
+from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier
+from keras_vit.models.vit_classifier import check_class_names
 from keras_vit.utils.checks import check_weights_file
 from keras_vit.utils.files import claim, quote, read_json_object, write_json_file, write_model_file
+from keras_vit.utils.image_resize import EVAL_TRANSFORM
 
 WEIGHTS_FILE = "model.weights.h5"
 METADATA_FILE = "metadata.json"
@@ -31,10 +34,7 @@ PRESET_KIND = "preset"
 
 
 def model_classes():
-    from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier
-
     return {"ViTBackbone": ViTBackbone, "ViTClassifier": ViTClassifier, "MaskedPatchPredictor": MaskedPatchPredictor}
-
 
 
 def validate_config(document, where="config.json"):
@@ -134,12 +134,6 @@ def _warn_if_another_model(directory, document):
         )
 
 
-def _eval_transform():
-    from keras_vit.data.images import EVAL_TRANSFORM  # the image path lives above the presets
-
-    return dict(EVAL_TRANSFORM)
-
-
 @contextlib.contextmanager
 def optimizer_set_aside(model):
     """Within the block, `model` saves as a model for use: its weights, without the optimizer's state.
@@ -181,7 +175,6 @@ def save_to_preset(model, directory, **metadata):
             of a classifier that has none in its config.
     """
     import keras_vit
-    from keras_vit.models.vit_classifier import check_class_names
 
     document = document_of(model)
     config = document["config"]
@@ -198,7 +191,7 @@ def save_to_preset(model, directory, **metadata):
         "python_version": platform.python_version(),
         "parameter_count": int(model.count_params()),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "image_transform": _eval_transform(),
+        "image_transform": dict(EVAL_TRANSFORM),
         **metadata,
     }
     directory = os.fspath(directory)

@@ -16,11 +16,13 @@ import os
 
 from keras_vit.presets.formats import READ_FORMATS, detect_format
 from keras_vit.presets.handles import hub_files, resolve
+from keras_vit.presets.kaggle import kaggle_directory
 from keras_vit.presets.keras_vit_format import model_classes
 from keras_vit.utils import to_pair
 from keras_vit.utils.errors import ArgumentError
 
-TARGETS = ("classifier", "backbone")
+# What `load_model(target=...)` builds from any handle: a classifier, or the backbone alone.
+LOAD_TARGETS = ("classifier", "backbone")
 # The kinds of model keras_vit reads; a `.keras` file of any other Keras model is refused.
 MODEL_KINDS = ("ViTClassifier", "ViTBackbone", "MaskedPatchPredictor")
 
@@ -58,8 +60,6 @@ def _locate(kind, value, entry):
     if kind == "hub":
         return hub_files(value)
     if kind == "kaggle":
-        from keras_vit.presets.kaggle import kaggle_directory
-
         value = kaggle_directory(value)
     return detect_format(value), value
 
@@ -148,8 +148,8 @@ def load_model(handle, kinds=None, *, purpose="load_model", target=None, image_s
         ValueError: a file that is damaged, a pickle, or not what it claims.
     """
     names = _kind_names(kinds)
-    if target is not None and target not in TARGETS:
-        raise ValueError(f"`target` must be one of {TARGETS} or None. Received: target={target!r}")
+    if target is not None and target not in LOAD_TARGETS:
+        raise ValueError(f"`target` must be one of {LOAD_TARGETS} or None. Received: target={target!r}")
     if image_size is not None:
         image_size = to_pair(image_size, "image_size")
     if num_classes is not None:
@@ -211,8 +211,8 @@ def load_model(handle, kinds=None, *, purpose="load_model", target=None, image_s
 
 def _target_name(target):
     if isinstance(target, str):
-        if target not in TARGETS:
-            raise ValueError(f"`target` must be one of {TARGETS} or a model class. Received: target={target!r}")
+        if target not in LOAD_TARGETS:
+            raise ValueError(f"`target` must be one of {LOAD_TARGETS} or a model class. Received: target={target!r}")
         return target
     names = {"ViTClassifier": "classifier", "ViTBackbone": "backbone"}
     if getattr(target, "__name__", None) in names:
@@ -238,7 +238,7 @@ def load_preset(handle, target="classifier", image_size=None, num_classes=None, 
         preset saved from one).
     """
     target = _target_name(target)
-    if target in TARGETS:
+    if target in LOAD_TARGETS:
         return load_model(handle, purpose=f"{'ViTClassifier' if target == 'classifier' else 'ViTBackbone'}"
                           ".from_preset", target=target, image_size=image_size, num_classes=num_classes,
                           load_weights=load_weights)

@@ -10,8 +10,10 @@ seam tests replace with a fake hub.
 import json
 import os
 
+from keras_vit.models.variants import MODEL_SIZES
 from keras_vit.presets import hub
-from keras_vit.presets.keras_vit_format import PRESET_KIND
+from keras_vit.presets.keras_vit_format import PRESET_KIND, validate_config
+from keras_vit.presets.load import load_preset
 from keras_vit.utils.files import check_no_links, claim, staged_upload
 
 CARD_FILE = "README.md"
@@ -35,8 +37,6 @@ def _hub_api(token=None):
 
 def _check_preset(directory):
     """Load the preset (config checked, weights fitted) and return `(model, document, metadata)`."""
-    from keras_vit.presets import load_preset, validate_config
-
     if not os.path.isdir(directory):
         raise ValueError(f"upload_preset takes a directory written by `save_to_preset`. {directory!r} is not a directory.")
     missing = [name for name in PRESET_FILES if not os.path.isfile(os.path.join(directory, name))]
@@ -62,8 +62,6 @@ def _check_preset(directory):
 
 
 def _variant(backbone_config):
-    from keras_vit.models.variants import MODEL_SIZES
-
     size = {key: backbone_config.get(key) for key in ("hidden_dim", "num_layers", "num_heads", "mlp_dim")}
     name = next((name for name, values in MODEL_SIZES.items() if values == size), None)
     patch = backbone_config.get("patch_size")

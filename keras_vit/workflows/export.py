@@ -30,7 +30,8 @@ import numpy as np
 from keras_vit.integrations import exported_graphs
 
 EXPORT_EXTRA = 'pip install "keras3-vit[export]"'
-METADATA_FILE = "export.json"
+# The record of what was exported (format, source, input), written beside the exported files.
+EXPORT_RECORD_FILE = "export.json"
 # The kind recorded in the directory's ownership marker: only an export replaces an export.
 EXPORT_KIND = "export"
 # Our format names -> Keras' names and the file written inside the export directory.
@@ -216,7 +217,7 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
         document["file"] = EXPORT_FORMATS[format][1]
         if check:
             document.update(_check(model, staging, format, tolerance))
-        write_json_file(os.path.join(staging, METADATA_FILE), document, indent=2)
+        write_json_file(os.path.join(staging, EXPORT_RECORD_FILE), document, indent=2)
     return document
 
 

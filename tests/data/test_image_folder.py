@@ -14,7 +14,7 @@ import keras_vit
 from keras_vit.data import (
     AugmentPolicy,
     ImageFileError,
-    check_labels,
+    checked_class_indices,
     image_folder_datasets,
     index_image_folder,
     read_image,
@@ -143,16 +143,16 @@ def test_mixup_and_cutmix_give_soft_labels(tmp_path):
     assert validation[0][1].shape[-1] == 3  # held-out labels one-hot too, for one loss
 
 
-def test_check_labels():
-    np.testing.assert_array_equal(check_labels([0, 2, 1], 3), [0, 2, 1])
+def test_checked_class_indices():
+    np.testing.assert_array_equal(checked_class_indices([0, 2, 1], 3), [0, 2, 1])
     with pytest.raises(ValueError, match=r"in \[0, 3\).*label 3"):
-        check_labels([0, 3], 3)
+        checked_class_indices([0, 3], 3)
     with pytest.raises(ValueError, match=r"label -1"):
-        check_labels([-1, 0], 3)
+        checked_class_indices([-1, 0], 3)
     with pytest.raises(ValueError, match="integer class indices"):
-        check_labels([0.5, 1.0], 3)
+        checked_class_indices([0.5, 1.0], 3)
     with pytest.raises(ValueError, match="1-D"):
-        check_labels(np.eye(3), 3)
+        checked_class_indices(np.eye(3), 3)
 
 
 def test_digits_png_folder_holds_the_same_split(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.utils.checks import check_batch, check_pixel_range
+from keras_vit.utils.checks import check_image_batch, check_pixel_range
 from tests.reliability.helpers import tiny_classifier
 
 
@@ -75,10 +75,10 @@ def test_channels_last_with_three_rows_is_not_mistaken(model):
     [(np.zeros((0, 8, 8, 3)), "empty batch"), (np.ones((2, 8, 8, 3), bool), "boolean")],
     ids=["empty", "boolean"],
 )
-def test_check_batch(images, phrase):
+def test_check_image_batch(images, phrase):
     with pytest.raises(ValueError, match=phrase):
-        check_batch(images)
-    check_batch(np.zeros((1, 8, 8, 3)))
+        check_image_batch(images)
+    check_image_batch(np.zeros((1, 8, 8, 3)))
 
 
 def test_pixel_range_warns_once_per_model():
