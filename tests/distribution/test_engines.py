@@ -7,6 +7,7 @@ from keras_vit.data import ArrayBatches
 from keras_vit.distribution import engines
 from keras_vit.distribution.engines import joining
 from keras_vit.distribution.engines.base import Engine
+from keras_vit.distribution.engines.jax_processes import PaddedShare, real_means
 
 
 class SecondOfThree(Engine):
@@ -94,3 +95,29 @@ def test_every_training_command_builds_the_optimizer_that_sums_replicas():
              build_recipe_optimizer("paper", 20, batch_size=256)[0]]
     assert all(isinstance(optimizer, ReplicaSummedGradients) for optimizer in built), built
     assert [type(optimizer).__name__ for optimizer in built] == ["AdamW", "AdamW", "SGD"]
+
+
+@pytest.mark.one_backend("numpy batches and the engine's bookkeeping; no model")
+def test_jax_padding_reads_every_row_once_and_weighs_the_padding_zero():
+    # 13 rows in batches of 5 over a batch axis of 4 devices in 2 processes: batches of 5, 5 and 3 are padded
+    # to 8, 8 and 4, each process feeding half of every padded batch.
+    x, y = np.arange(13)[:, None] * 10, np.arange(13)
+    data = ArrayBatches(x, y, batch_size=5, shuffle=False)
+    shares = [PaddedShare(data, index, 2, 4) for index in range(2)]
+    assert data.shard is None and data.batch_multiple == 1  # the caller's data is left whole
+    real = []
+    for batch in range(3):
+        parts = [share[batch] for share in shares]
+        assert len({len(part[0]) for part in parts}) == 1  # every process feeds as many rows
+        assert sum(len(part[0]) for part in parts) == [8, 8, 4][batch]
+        for images, labels, weights in parts:
+            assert weights.tolist() == [1.0] * int(weights.sum()) + [0.0] * int(len(weights) - weights.sum())
+            kept = weights == 1
+            np.testing.assert_array_equal(images[kept, 0], labels[kept] * 10)  # images stay with their labels
+            assert (labels[~kept] == -1).all() and (images[~kept] == 0).all()  # no prediction matches -1
+            real.extend(labels[kept].tolist())
+    assert real == list(range(13))  # every row once, in order
+    assert shares[0].epoch_rows() == (20, 13)
+    # Keras' means over 20 rows whose padded 7 count 0 (a loss sum of 6.5, 10 rows right): over the 13 real rows.
+    means = real_means({"loss": 6.5 / 20, "accuracy": 10 / 20, "other": 0.25}, shares[0])
+    assert means == pytest.approx({"loss": 0.5, "accuracy": 10 / 13})

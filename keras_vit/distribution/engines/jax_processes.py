@@ -4,17 +4,21 @@ Every process runs the same command with Keras' three variables
 (`KERAS_DISTRIBUTION_JOB_ADDRESSES`, `..._NUM_PROCESSES`, `..._PROCESS_ID`);
 `join()` starts `jax.distributed` from them. The distribution's mesh spans
 the devices of every process: each process feeds its rows of every global
-batch (`shard`), JAX splits each batch evenly over the mesh's batch axis
-(so every batch is cut to a multiple of it), and the gradients, losses and
-metrics of `fit` and `evaluate` are computed over the whole global batch.
+batch (`shard`), and the gradients, losses and metrics of `fit` and
+`evaluate` are computed over the whole global batch. JAX splits each batch
+evenly over the mesh's batch axis: a batch whose rows it does not divide is
+padded up to a multiple of it with rows of sample weight 0 (`PaddedShare`),
+so every image counts once and the padding not at all (`PaddedRows`).
 Saving reads arrays that span processes through collectives: every process
 saves, and only process 0's file is kept.
 """
 
+import copy
 import json
 import os
 
 import keras
+import numpy as np
 
 from keras_vit.distribution.engines import joining
 from keras_vit.distribution.engines.base import Engine
@@ -67,6 +71,149 @@ def join(join_timeout=None):
     return jax.process_count()
 
 
+def padded_size(rows, multiple):
+    """`rows` rounded up to a multiple of `multiple`."""
+    return -(-rows // multiple) * multiple
+
+
+class PaddedShare(keras.utils.PyDataset):
+    """This process's rows of every global batch, padded so the batch axis divides every batch.
+
+    Global batch `i` of `n` rows is padded to `n_p`, the next multiple of
+    the mesh's batch axis (`multiple`); process `p` of `count` feeds rows
+    `[n_p * p // count, n_p * (p + 1) // count)` of the padded batch (every
+    process the same number, as JAX assembles the global batch from equal
+    parts). Rows at or past `n` are padding: zero images with sample weight
+    0 (their loss counts 0) and, for class indices, label -1, which no
+    prediction matches (Keras' `metrics=["accuracy"]` ignore sample
+    weights); the real rows have sample weight 1. Each process reads only
+    its real rows of the dataset (a copy of it whose `rows` are these).
+
+    Labelled data only (`(x, y)` batches): data without labels (pre-training
+    images) has no place for a sample weight, so `JaxProcesses.shard` cuts
+    its batches to the multiple instead.
+    """
+
+    def __init__(self, dataset, index, count, multiple):
+        super().__init__(workers=getattr(dataset, "workers", 1),
+                         use_multiprocessing=getattr(dataset, "use_multiprocessing", False),
+                         max_queue_size=getattr(dataset, "max_queue_size", 10))
+        self.index, self.count, self.multiple = index, count, multiple
+        self.batch_size = dataset.batch_size
+        self.whole = copy.copy(dataset)
+        self.whole.shard, self.whole.batch_multiple = None, 1
+        self.global_rows = [self.whole.rows(batch)[1] for batch in range(len(self.whole))]
+        self.reader = copy.copy(self.whole)
+        # The copy reads this process's real rows of the padded batch: `rows` is what every
+        # `keras_vit.data` dataset's `__getitem__` asks for the rows of a batch.
+        self.reader.rows = self.rows
+
+    def __len__(self):
+        return len(self.global_rows)
+
+    def rows(self, index):
+        """`(first, stop)`: the real rows of global batch `index` this process reads."""
+        rows = self.global_rows[index]
+        padded = padded_size(rows, self.multiple)
+        return (min(rows, padded * self.index // self.count), min(rows, padded * (self.index + 1) // self.count))
+
+    def epoch_rows(self):
+        """`(padded rows, real rows)` of an epoch: the padded batches' rows and the images."""
+        return sum(padded_size(rows, self.multiple) for rows in self.global_rows), sum(self.global_rows)
+
+    def set_epoch(self, epoch):
+        if hasattr(self.reader, "set_epoch"):
+            self.reader.set_epoch(epoch)
+
+    def __getitem__(self, index):
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} of {len(self)}")
+        batch = self.reader[index]
+        padded = padded_size(self.global_rows[index], self.multiple)
+        share = padded * (self.index + 1) // self.count - padded * self.index // self.count
+        x, y = (np.asarray(value) for value in batch)
+        missing = share - len(x)
+        weights = np.concatenate([np.ones(len(x), "float32"), np.zeros(missing, "float32")])
+        if missing:
+            x = np.concatenate([x, np.zeros((missing, *x.shape[1:]), x.dtype)])
+            # Class indices: -1 matches no prediction; one-hot rows: zeros (see `PaddedRows`).
+            fill = -1 if np.issubdtype(y.dtype, np.integer) and y.ndim == 1 else 0
+            y = np.concatenate([y, np.full((missing, *y.shape[1:]), fill, y.dtype)])
+        return x, y, weights
+
+
+class PaddedRows(keras.callbacks.Callback):
+    """The training step and the logged losses of padded batches (`PaddedShare`) as one process has them.
+
+    With rows of sample weight 0, Keras' loss of a batch is the sum of the
+    real rows' losses divided by all rows, padding included, and its loss
+    tracker counts every row: the accuracy (weighted by sample weight) is
+    right, the loss is not. Here each step's loss is multiplied by `padded
+    rows / real rows` before the gradient (through `optimizer.scale_loss`,
+    Keras' hook between the loss and the gradient; the factor comes from
+    the batch's sample weights, in a `train_step` wrapped on this one model:
+    Keras has no hook that sees both the batch and the loss before the
+    gradient), and the epoch's logged
+    row means by the epoch's `padded rows / real rows` (`real_means`).
+    """
+
+    def __init__(self, model, train, engine):
+        super().__init__()
+        self.train, self.engine = train, engine
+        self.factor = None
+        train_step, optimizer = model.train_step, model.optimizer
+        scale_loss = optimizer.scale_loss
+        # Prepared again (another `fit`): wrap Keras' own methods, not an earlier wrapper.
+        self.scale_loss = getattr(scale_loss, "__keras_vit_wrapped__", scale_loss)
+        train_step = getattr(train_step, "__keras_vit_wrapped__", train_step)
+
+        def scaled_to_real_rows(loss):
+            loss = self.scale_loss(loss)
+            return loss if self.factor is None else loss * keras.ops.cast(self.factor, loss.dtype)
+
+        def weighed_train_step(state, data):
+            _, _, weights = keras.utils.unpack_x_y_sample_weight(data)
+            if weights is not None:
+                weights = keras.ops.convert_to_tensor(weights)
+                self.factor = keras.ops.divide(keras.ops.cast(keras.ops.shape(weights)[0], "float32"),
+                                               keras.ops.maximum(keras.ops.sum(weights), 1.0))
+            try:
+                return train_step(state, data)
+            finally:
+                self.factor = None
+
+        scaled_to_real_rows.__keras_vit_wrapped__ = self.scale_loss
+        weighed_train_step.__keras_vit_wrapped__ = train_step
+        optimizer.scale_loss = scaled_to_real_rows
+        model.train_step = weighed_train_step
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not logs:
+            return
+        training = {name: value for name, value in logs.items() if not name.startswith("val_")}
+        held_out = {name[4:]: value for name, value in logs.items() if name.startswith("val_")}
+        logs.update(real_means(training, self.train))
+        logs.update({f"val_{name}": value for name, value in real_means(held_out, self.engine.last_held_out).items()})
+
+
+def real_means(logs, share):
+    """The row means of `logs` (loss and accuracy) over the real rows of an epoch of `share` (a `PaddedShare`).
+
+    Keras' means count the padded rows, whose loss and accuracy are 0
+    (sample weight 0, label -1): multiplied by `padded rows / real rows`,
+    they are the means over the real rows. Other metrics (not means over
+    rows, or over one-hot labels) are not changed.
+    """
+    if not isinstance(share, PaddedShare):
+        return {}
+    padded, real = share.epoch_rows()
+    labels = share.reader.labels if hasattr(share.reader, "labels") else share.reader.y
+    one_hot = np.ndim(labels) > 1 or getattr(share.reader, "augment", None) is not None and getattr(
+        share.reader.augment, "mixes_labels", False)
+    return {name: float(value) * padded / real for name, value in logs.items()
+            if name == "loss" or name.endswith("_loss") or (name.endswith("accuracy") and not one_hot)}
+
+
 class JaxProcesses(Engine):
     """The processes of a `jax.distributed` job (or one JAX process under a `keras.distribution`)."""
 
@@ -107,6 +254,32 @@ class JaxProcesses(Engine):
         if mesh is None:
             return 1
         return mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)]
+
+    def shard(self, dataset):
+        """This process's rows of every global batch, padded to a multiple of the batch axis (`PaddedShare`)."""
+        multiple, count = self.batch_multiple(), self.process_count()
+        labelled = getattr(dataset, "labels", getattr(dataset, "y", None)) is not None
+        if multiple == 1 and count == 1 or not hasattr(dataset, "rows") or not labelled:
+            return super().shard(dataset)  # data without labels: batches cut to the multiple
+        return PaddedShare(dataset, self.process_index(), count, multiple)
+
+    def held_out(self, dataset):
+        share = super().held_out(dataset)
+        self.last_held_out = share  # its padding is taken out of `val_loss` (`PaddedRows`)
+        return share
+
+    last_held_out = None
+
+    def prepare(self, model, train=None):
+        if not isinstance(train, PaddedShare):
+            return []
+        return [PaddedRows(model, train, self)]
+
+    def evaluate(self, model, dataset):
+        share = self.held_out(dataset)
+        scores = model.evaluate(self.fit_input(share), verbose=0, return_dict=True)
+        scores.update(real_means(scores, share))
+        return scores
 
     def scope(self):
         distribution = keras.distribution.distribution()

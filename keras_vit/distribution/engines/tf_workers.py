@@ -6,12 +6,15 @@ command and its own `TF_CONFIG`, the JSON that names every worker's
 
     TF_CONFIG='{"cluster": {"worker": ["host0:port", "host1:port"]}, "task": {"type": "worker", "index": 0}}'
 
-`strategy()` creates the job's `tf.distribute.MultiWorkerMirroredStrategy`,
-which TensorFlow accepts only before any other TensorFlow operation of the
-process. The engine (`TensorFlowWorkers`) passes barriers and broadcasts
-through the strategy's collectives, feeds each worker its own rows of every
-global batch (`worker_batches`), and applies the two workarounds Keras'
-TensorFlow trainer needs under this strategy (`prepare`, with the code in
+`strategy()` waits, at most `KERAS_VIT_JOIN_TIMEOUT` seconds, until every
+worker has started, then creates the job's
+`tf.distribute.MultiWorkerMirroredStrategy`, which TensorFlow accepts only
+before any other TensorFlow operation of the process. The engine
+(`TensorFlowWorkers`) passes barriers and broadcasts through the strategy's
+collectives, feeds each worker its own rows of every global batch
+(`worker_batches`), weighs each worker's loss by its share of the batch's
+rows (`RowShare`), and applies the two workarounds Keras' TensorFlow
+trainer needs under this strategy (`prepare`, with the code in
 `keras_vit/integrations/tf_trainer.py`). Saving is collective: every worker
 saves, and only worker 0's file is kept. The strategy sums the gradients
 across workers every step; `keras_vit.optimizers` clip and accumulate that
@@ -23,6 +26,7 @@ import os
 
 import keras
 
+from keras_vit.distribution.engines import joining
 from keras_vit.distribution.engines.base import Engine
 
 # The job's strategy, made once per process: TensorFlow allows one collective setup per process.
@@ -56,27 +60,48 @@ def tf_config_job(environ=None):
     return (index if kind == "chief" else chiefs + index), chiefs + workers
 
 
-def strategy():
+def first_worker_address(environ=None):
+    """The `host:port` of process 0 of the job `TF_CONFIG` describes (the chief, else worker 0), or `None`."""
+    text = (os.environ if environ is None else environ).get("TF_CONFIG", "")
+    if tf_config_job(environ) is None:
+        return None
+    cluster = json.loads(text)["cluster"]
+    return (cluster.get("chief") or cluster["worker"])[0]
+
+
+def strategy(join_timeout=None):
     """The job's `tf.distribute.MultiWorkerMirroredStrategy` (made on the first call; TensorFlow backend).
 
     Call it before any TensorFlow operation of the process (TensorFlow
     refuses to set up collectives afterwards); with `TF_CONFIG` set,
     `keras_vit.distribution.distribution_for_backend("data")` does. It
-    waits until every worker of `TF_CONFIG` has started.
+    first waits, at most `join_timeout` seconds, until every worker of
+    `TF_CONFIG` has reached process 0's address (TensorFlow's own wait for
+    a worker that never starts has no bound this process can catch).
+
+    Args:
+        join_timeout: float or `None`. Seconds to wait for the other
+            workers; `None` reads `KERAS_VIT_JOIN_TIMEOUT` (default 60).
 
     Raises:
         ValueError: `TF_CONFIG` does not describe a job of several workers,
             or TensorFlow ran an operation before (the error says so).
+        TimeoutError: a worker did not start in time (the error names it
+            and process 0's address).
     """
     global _STRATEGY
     if _STRATEGY is not None:
         return _STRATEGY
-    if tf_config_job() is None:
+    job_of_config = tf_config_job()
+    if job_of_config is None:
         raise ValueError(
             "A TensorFlow job of several workers is described by TF_CONFIG, which names every worker and this "
             'one\'s index, e.g. TF_CONFIG=\'{"cluster": {"worker": ["host0:port", "host1:port"]}, "task": '
             '{"type": "worker", "index": 0}}\' (docs/scale-out.md). Received: '
             f"TF_CONFIG={os.environ.get('TF_CONFIG')!r}")
+    seconds = joining.join_timeout() if join_timeout is None else float(join_timeout)
+    # Meet first on process 0's port, with a bounded wait; its gRPC server takes the port afterwards.
+    joining.rendezvous(*job_of_config, first_worker_address(), seconds)
     import tensorflow as tf
 
     try:
@@ -222,7 +247,9 @@ def _wrap_for_workers(model, strategy):
       reduce that fails eagerly (Keras issue 20585);
     - `train_step` and `test_step` return their scalars as vectors of one
       value, which the trainer's cross-worker mean along axis 0 accepts
-      (`tf_trainer.reducible_logs`; TensorFlow issue 72388).
+      (`tf_trainer.reducible_logs`; TensorFlow issue 72388);
+    - each worker's loss is weighted by its share of the global batch's rows
+      (`RowShare`), not by `1 / workers` as Keras weights it.
     """
     from keras_vit.integrations.tf_trainer import local_batch, reducible_logs
 
@@ -240,9 +267,67 @@ def _wrap_for_workers(model, strategy):
             return build(iterator=iterator, data_batch=data_batch)
 
         model._maybe_symbolic_build = build_from_one_replica
-    model.train_step = lambda *args, **kwargs: reducible_logs(train_step(*args, **kwargs))
+    if model.optimizer is not None:
+        share = RowShare(model)
+        model.train_step = lambda data: reducible_logs(share.train_step(train_step, data))
+    else:
+        model.train_step = lambda *args, **kwargs: reducible_logs(train_step(*args, **kwargs))
     model.test_step = lambda *args, **kwargs: reducible_logs(test_step(*args, **kwargs))
     model._keras_vit_workers = strategy
+
+
+class RowShare:
+    """Weight each worker's training loss by its share of the global batch's rows, as one process weighs it.
+
+    Keras' TensorFlow trainer divides each replica's loss (the mean over
+    its rows) by the number of replicas, and the optimizer sums the
+    replicas' gradients: the step follows the mean of the workers' means.
+    That is one process's mean over the global batch only when every worker
+    has as many rows; a batch read unevenly (2 and 3 rows of 5, or 0 and 1
+    of a last batch of 1) weighs the rows of the smaller share more. Here
+    each replica's loss is multiplied by `replicas * rows / global rows`
+    (the global rows are one all-reduce of the replicas' row counts), so the
+    summed gradient is the global batch's mean gradient. The metrics need
+    nothing: Keras weighs the loss tracker by each replica's rows and sums
+    the metrics' states across replicas.
+
+    Keras calls `model.optimizer.scale_loss(loss)` between the loss and the
+    gradient (the supported hook for loss scaling, in every backend's
+    trainer); the factor is computed from the batch in `train_step` (which
+    the engine wraps on this one model already: Keras has no hook that sees
+    both the batch and the loss) and applied there, in the same traced step,
+    and only during that step.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.factor = None
+        optimizer = model.optimizer
+        scale_loss = optimizer.scale_loss
+        # Prepared again: wrap Keras' own `scale_loss`, not an earlier share's.
+        self.scale_loss = getattr(scale_loss, "__keras_vit_scale_loss__", scale_loss)
+
+        def scaled_by_share(loss):
+            loss = self.scale_loss(loss)
+            return loss if self.factor is None else loss * keras.ops.cast(self.factor, loss.dtype)
+
+        scaled_by_share.__keras_vit_scale_loss__ = self.scale_loss
+        optimizer.scale_loss = scaled_by_share
+
+    def train_step(self, train_step, data):
+        import tensorflow as tf
+
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return train_step(data)
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        rows = tf.cast(tf.shape(keras.tree.flatten(x)[0])[0], tf.float32)
+        total = context.all_reduce(tf.distribute.ReduceOp.SUM, rows)
+        self.factor = tf.math.divide_no_nan(rows * context.num_replicas_in_sync, total)
+        try:
+            return train_step(data)
+        finally:
+            self.factor = None
 
 
 class TensorFlowWorkers(Engine):
