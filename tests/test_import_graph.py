@@ -182,10 +182,6 @@ IMPORT_CYCLES = {
 # workflows/*, distribution/engines/*). None has a reason above; each moves to module level (or
 # gets a listed reason) when those branches merge, and this list is then empty and removed.
 PENDING_OTHER_BRANCHES = {
-    # models/base.py: resizing raw arrays now lives below the models, in `keras_vit.utils.image_resize`;
-    # the transformer block is a lower layer (no cycle).
-    ("keras_vit.models.base", "keras_vit.data.images"),
-    ("keras_vit.models.base", "keras_vit.layers.transformer_block"),
     # distribution/engines: the package chooses among its engine modules, which import the package's
     # `joining` back (a cycle through the package for jax_processes and torch_processes, none for
     # tf_workers and one_process); `integrations.tf_trainer` imports TensorFlow only inside functions.

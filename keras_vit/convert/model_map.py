@@ -6,10 +6,10 @@ transposes and reshapes that reach our Keras weights live here only. The
 assignment is strict: every model weight is set exactly once with a checked
 shape, and every source tensor is consumed or explicitly ignored.
 
-timm's fused `qkv` orders its output columns q, k, v (each head-major); a
-keras_vit layer built with `qkv_layout="heads"` (the default) groups them per
-head. The columns of the qkv kernels and biases are permuted here, both
-ways, with `keras_vit.layers.attention.qkv_column_order`.
+timm's fused `qkv` orders its output columns q, k, v (each head-major);
+keras_vit's attention groups them per head. The columns of the qkv kernels
+and biases are permuted here, both ways, with
+`keras_vit.layers.attention.qkv_column_order`.
 """
 
 import re
@@ -89,15 +89,13 @@ _QKV_COLUMNS = re.compile(r"(?:^|/)transformer_block_\d+/attention/qkv/(?:kernel
 
 
 def qkv_columns(backbone):
-    """The timm -> model column order of `backbone`'s qkv weights, or `None` when it is timm's own.
+    """The timm -> model column order of `backbone`'s qkv weights.
 
     A timm-layout qkv kernel, once in Keras' `(in, out)` layout, is
     `kernel[:, order]` in the model (a bias `bias[order]`); `np.argsort`
     of the order goes back. Every block of a backbone has the same order.
     """
-    if backbone.qkv_layout == "timm":
-        return None
-    return qkv_column_order(backbone.num_heads, backbone.hidden_dim // backbone.num_heads, backbone.qkv_layout)
+    return qkv_column_order(backbone.num_heads, backbone.hidden_dim // backbone.num_heads)
 
 
 def _rank(key, to_keras):
@@ -267,7 +265,7 @@ def build_model(
     for key, path, to_keras in entries:
         variable = variables[path]
         value = to_keras(state_dict[key]).astype(np.float32)
-        if qkv_order is not None and _QKV_COLUMNS.search(path) and value.shape[-1] == len(qkv_order):
+        if _QKV_COLUMNS.search(path) and value.shape[-1] == len(qkv_order):
             value = value[..., qkv_order]  # the shape check below reports any other width
         if tuple(value.shape) != tuple(variable.shape):
             mismatched.append(f"{key}: checkpoint {tuple(np.shape(state_dict[key]))} -> {tuple(value.shape)}, "
@@ -332,7 +330,7 @@ def model_to_timm(model):
         if path not in variables:
             continue
         value = np.asarray(variables[path], dtype=np.float32)
-        if qkv_order is not None and _QKV_COLUMNS.search(path):
+        if _QKV_COLUMNS.search(path):
             value = value[..., np.argsort(qkv_order)]
         if to_keras is _linear:
             value = value.T

@@ -9,14 +9,11 @@ PyTorch under `torchrun`, TensorFlow workers) run through `engines`: one
 module per engine behind one interface, chosen by `engines.current()`;
 `processes` gives short names for which process of a job this is.
 `unsharded_weights()` and `layout_errors()` check a layout map against a
-model before any memory is spent on it; `head_aligned()` converts a model
-whose qkv kernels keep timm's column order (saved before keras_vit grouped
-them per head) so model parallelism can split it by whole heads.
+model before any memory is spent on it.
 """
 
 from keras_vit.distribution.layout import (
     DEFAULT_MIN_SIZE,
-    head_aligned,
     layout_errors,
     layout_map,
     sharding_rules,

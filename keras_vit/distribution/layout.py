@@ -5,7 +5,7 @@ import math
 import keras
 import numpy as np
 
-from keras_vit.layers.attention import MultiHeadSelfAttention, qkv_column_order
+from keras_vit.layers.attention import MultiHeadSelfAttention
 
 # Megatron-style tensor parallelism over the mesh's model axis, written as
 # (regex over `variable.path`, axes of the weight with `"model"` where the
@@ -21,8 +21,8 @@ from keras_vit.layers.attention import MultiHeadSelfAttention, qkv_column_order
 _PREFIX = r"(?:.*/)?"
 _RULES = (
     # Attention: q|k|v columns split (column parallel), output projection by rows.
-    # The kernel's columns are grouped per head (`qkv_layout="heads"`), so
-    # with a model axis dividing the head count each device gets whole heads.
+    # The kernel's columns are grouped per head, so with a model axis
+    # dividing the head count each device gets whole heads.
     (r"transformer_block_\d+/attention/qkv/kernel", (None, "model")),
     (r"transformer_block_\d+/attention/qkv/bias", ("model",)),
     (r"transformer_block_\d+/attention/proj/kernel", ("model", None)),
@@ -89,14 +89,12 @@ def layout_map(device_mesh, model_axis="model"):
     weight (LayerNorm scales and offsets, the biases of `proj`, `fc2` and
     the head, LayerScale) is small and replicated. See `sharding_rules`.
 
-    The fused `qkv` kernel stores its columns per head
-    (`qkv_layout="heads"`), so an even column split over a model axis that
-    divides the head count hands each device the queries, keys and values
-    of whole heads, and attention runs without communication. A model axis
-    that does not divide the head count, or a model whose qkv kernel keeps
-    timm's order (saved before keras_vit grouped the columns), is refused
-    when the model is built under the distribution (and reported by
-    `layout_errors`); `head_aligned` converts such a model.
+    The fused `qkv` kernel stores its columns per head, so an even column
+    split over a model axis that divides the head count hands each device
+    the queries, keys and values of whole heads, and attention runs without
+    communication. A model axis that does not divide the head count is
+    refused when the model is built under the distribution (and reported by
+    `layout_errors`).
 
     Args:
         device_mesh: `keras.distribution.DeviceMesh` with an axis named
@@ -238,81 +236,4 @@ def _attention_layers(model):
     # Keras has no public walk over nested layers; `_flatten_layers` is what Model.summary uses.
     return [layer for layer in model._flatten_layers(include_self=True, recursive=True)
             if isinstance(layer, MultiHeadSelfAttention) and layer.built]
-
-
-def head_aligned(model):
-    """A copy of `model` whose qkv kernels group their columns per head.
-
-    Models saved before keras_vit grouped the qkv columns per head store
-    them in timm's order (`qkv_layout="timm"`), which model parallelism
-    refuses: splitting those columns does not give each device whole heads.
-    This rebuilds the model from its config with `qkv_layout="heads"` and
-    copies the weights, permuting the qkv columns (kernel, bias, and an
-    int8 kernel's scales), so the copy computes the same outputs.
-
-    Build the old model without a distribution and call this inside the
-    distribution's scope: the copy is created (and split) there. Save it
-    to skip the conversion next time. The copy is not compiled.
-
-    Args:
-        model: a keras_vit model (`ViTBackbone`, `ViTClassifier`,
-            `MaskedPatchPredictor`) or layer containing attention layers.
-
-    Returns:
-        The converted copy, or `model` itself when every attention layer
-        already uses `qkv_layout="heads"`.
-
-    Example:
-
-    >>> old = keras_vit.ViTClassifier.from_preset("my_old_preset")      # no distribution yet
-    >>> with keras_vit.distribution.model_parallel(2).scope():
-    ...     model = keras_vit.distribution.head_aligned(old)
-    ...     model.compile(optimizer="adamw", loss="sparse_categorical_crossentropy")
-    """
-    old_layers = _attention_layers(model)
-    if all(layer.qkv_layout == "heads" for layer in old_layers):
-        return model
-    if any(getattr(layer, "lora_enabled", False) for layer in model._flatten_layers(include_self=True)):
-        raise ValueError("`head_aligned` cannot convert a model with LoRA enabled (Keras' config does not record "
-                         "the adapters). Merge or drop the adapters first, or convert before `enable_lora`.")
-    serialized = keras.saving.serialize_keras_object(model)
-    _set_qkv_layout(serialized, "heads")
-    copy = keras.saving.deserialize_keras_object(serialized)
-    new_layers = _attention_layers(copy)
-    if len(new_layers) != len(old_layers) or len(copy.weights) != len(model.weights):
-        raise ValueError(f"`head_aligned` could not rebuild {type(model).__name__} from its config with the same "
-                         "weights; convert its backbone instead.")
-    permutations = {}
-    for old, new in zip(old_layers, new_layers):
-        source = np.argsort(qkv_column_order(old.num_heads, old.head_dim, old.qkv_layout))  # to timm's order
-        order = source[qkv_column_order(new.num_heads, new.head_dim, new.qkv_layout)]
-        for old_weight, new_weight in zip(old.qkv.weights, new.qkv.weights):
-            permutations[id(old_weight)] = order
-    values = []
-    for old_weight, new_weight in zip(model.weights, copy.weights):
-        if tuple(old_weight.shape) != tuple(new_weight.shape):
-            raise ValueError(f"`head_aligned`: {old_weight.path} {tuple(old_weight.shape)} has no counterpart in the "
-                             f"rebuilt model ({new_weight.path} {tuple(new_weight.shape)}).")
-        value = keras.ops.convert_to_numpy(old_weight.value)
-        order = permutations.get(id(old_weight))
-        if order is not None and value.shape[-1] == len(order):  # the 3 * D output columns (not LoRA's A)
-            value = value[..., order]
-        values.append(value)
-    copy.set_weights(values)
-    return copy
-
-
-_QKV_LAYOUT_CLASSES = ("ViTBackbone", "TransformerBlock", "MultiHeadSelfAttention")
-
-
-def _set_qkv_layout(serialized, qkv_layout):
-    """Set `qkv_layout` in every config of a serialized model that takes it, nested ones included."""
-    if isinstance(serialized, dict):
-        if serialized.get("class_name") in _QKV_LAYOUT_CLASSES and isinstance(serialized.get("config"), dict):
-            serialized["config"]["qkv_layout"] = qkv_layout
-        for value in serialized.values():
-            _set_qkv_layout(value, qkv_layout)
-    elif isinstance(serialized, list):
-        for value in serialized:
-            _set_qkv_layout(value, qkv_layout)
 

@@ -5,19 +5,15 @@ import numpy as np
 from keras import ops
 
 from keras_vit.layers import fused
-from keras_vit.utils.values import check_choice, check_count, check_divisible, check_rate
+from keras_vit.utils.values import check_count, check_divisible, check_rate
 
-# The column orders of the fused qkv projection (see `qkv_column_order`).
-QKV_LAYOUTS = ("heads", "timm")
-
-
-def qkv_column_order(num_heads, head_dim, qkv_layout):
-    """Where each column of a qkv kernel in `qkv_layout` order sits in timm's order.
+def qkv_column_order(num_heads, head_dim):
+    """Where each column of a keras_vit qkv kernel sits in timm's order.
 
     timm (and every checkpoint format keras_vit reads) orders the `3 * D`
     output columns of the fused projection q, k, v, each head-major:
     `[q_h0 .. q_hH-1 | k_h0 .. | v_h0 ..]`, each block `head_dim` wide.
-    `qkv_layout="heads"` groups them per head instead,
+    keras_vit groups them per head instead,
     `[q_h0 k_h0 v_h0 | q_h1 k_h1 v_h1 | ...]`, so an even split of the
     columns over `m` devices (`m` dividing `num_heads`) gives every device
     the queries, keys and values of whole heads.
@@ -25,22 +21,18 @@ def qkv_column_order(num_heads, head_dim, qkv_layout):
     Args:
         num_heads: int. Number of heads `H`.
         head_dim: int. Width of one head `Dh`.
-        qkv_layout: str. `"heads"` or `"timm"`.
 
     Returns:
         An int array `order` of length `3 * H * Dh`: a timm-order kernel
-        `w` becomes `w[:, order]` in `qkv_layout` order (a bias `b[order]`),
+        `w` becomes `w[:, order]` in keras_vit's order (a bias `b[order]`),
         and `np.argsort(order)` goes back.
 
     Example:
 
-    >>> qkv_column_order(2, 1, "heads")  # q0 k0 v0 q1 k1 v1 from q0 q1 k0 k1 v0 v1
+    >>> qkv_column_order(2, 1)  # q0 k0 v0 q1 k1 v1 from q0 q1 k0 k1 v0 v1
     array([0, 2, 4, 1, 3, 5])
     """
-    check_choice(qkv_layout, QKV_LAYOUTS, "qkv_layout")
     timm = np.arange(3 * num_heads * head_dim).reshape(3, num_heads, head_dim)  # (q|k|v, H, Dh)
-    if qkv_layout == "timm":
-        return timm.reshape(-1)
     return timm.transpose(1, 0, 2).reshape(-1)  # (H, q|k|v, Dh)
 
 
@@ -49,8 +41,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention (MSA) as used in ViT.
 
     One Dense layer computes queries, keys and values together (its output
-    columns grouped per head, `[q k v]` of head 0, then of head 1, ...; see
-    `qkv_layout`), the attention itself runs through
+    columns grouped per head, `[q k v]` of head 0, then of head 1, ..., so
+    splitting the columns evenly over the devices of a model-parallel mesh
+    gives each device whole heads; `qkv_column_order` maps timm's order to
+    it), the attention itself runs through
     `keras.ops.dot_product_attention` so every backend can use its fused
     kernel, and a Dense layer projects the heads back to `hidden_dim`.
 
@@ -71,15 +65,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             `0.0`.
         kernel_initializer: Initializer of the Dense kernels. Defaults to
             `"glorot_uniform"`.
-        qkv_layout: str. Column order of the fused qkv kernel. `"heads"`
-            groups the columns per head (`[q_h0 k_h0 v_h0 | q_h1 k_h1 v_h1
-            | ...]`), so splitting the columns evenly over the devices of a
-            model-parallel mesh gives each device whole heads and attention
-            needs no communication. `"timm"` is timm's order (all queries,
-            then keys, then values), the order of layers saved before this
-            option existed: a config without the key loads as `"timm"`.
-            Both compute the same function; `qkv_column_order` maps one to
-            the other. Defaults to `"heads"`.
         **kwargs: Base layer keyword arguments.
 
     Call arguments:
@@ -92,6 +77,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         A tensor shaped like `inputs`, or a tuple `(outputs, scores)`.
     """
 
+    # Read by the epoch backup's column-order check in `workflows/training.py` until that check goes:
+    # the one column order there is. Not an argument and not in the config.
+    qkv_layout = "heads"
+
     def __init__(
         self,
         num_heads,
@@ -99,11 +88,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attention_dropout=0.0,
         dropout=0.0,
         kernel_initializer="glorot_uniform",
-        qkv_layout="heads",
         **kwargs,
     ):
         super().__init__(**kwargs)
-        check_choice(qkv_layout, QKV_LAYOUTS, "qkv_layout")
         check_count(num_heads, "num_heads")
         check_rate(attention_dropout, "attention_dropout")
         check_rate(dropout, "dropout")
@@ -112,7 +99,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.attention_dropout = attention_dropout
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.qkv_layout = qkv_layout
         self.attention_dropout_layer = keras.layers.Dropout(
             attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
@@ -166,8 +152,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
         A layout that splits the kernel's output columns over `m` devices
         must hand each device the queries, keys and values of whole heads:
-        the columns must be grouped per head (`qkv_layout="heads"`) and `m`
-        must divide `num_heads`. Otherwise every block's attention would
+        the columns are grouped per head, so `m` must divide `num_heads`. Otherwise every block's attention would
         exchange activations between devices (or compute with a mix of
         heads' columns), so this is refused.
 
@@ -189,14 +174,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if split <= 1:
             return None
         where = f"{self.path or self.name}: the qkv kernel's columns are split {split} ways ({'x'.join(names)} axis)"
-        if self.qkv_layout != "heads":
-            return (
-                f"{where}, but it stores timm's column order (qkv_layout='timm', the order of models saved before "
-                "keras_vit grouped the columns per head), so no device would hold whole heads. Convert the model "
-                "once: load it without the distribution, then call `keras_vit.distribution.head_aligned(model)` "
-                "inside the distribution's scope (or save that result and load it there). "
-                f"Received: qkv_layout={self.qkv_layout!r}"
-            )
         if self.num_heads % split:
             device_count = int(np.size(mesh.devices))
             valid = [str(size) for size in range(1, self.num_heads + 1)
@@ -225,11 +202,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def _split_heads(self, qkv):
         tokens = ops.shape(qkv)[1]
-        if self.qkv_layout == "heads":
-            qkv = ops.reshape(qkv, (-1, tokens, self.num_heads, 3, self.head_dim))  # (B, T, H, 3, Dh)
-            return qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]  # each (B, T, H, Dh)
-        qkv = ops.reshape(qkv, (-1, tokens, 3, self.num_heads, self.head_dim))  # (B, T, 3, H, Dh)
-        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, H, Dh)
+        qkv = ops.reshape(qkv, (-1, tokens, self.num_heads, 3, self.head_dim))  # (B, T, H, 3, Dh)
+        return qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]  # each (B, T, H, Dh)
 
     def _explicit_attention(self, query, key, value, training):
         # Softmax in float32 so mixed precision does not lose the small logits.
@@ -249,7 +223,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         else:
             # The fused path: keras.ops.dot_product_attention (torch: its
             # scaled_dot_product_attention without Keras' transposes).
-            context = fused.qkv_attention(qkv, self.num_heads, self.scale, self.qkv_layout)  # (B, T, D)
+            context = fused.qkv_attention(qkv, self.num_heads, self.scale)  # (B, T, D)
         context = ops.reshape(context, (-1, self.hidden_dim))  # (B * T, D)
         outputs = ops.reshape(fused.dense(self.output_projection, context), (-1, tokens, self.hidden_dim))  # (B, T, D)
         if self.dropout > 0:  # a Dropout call that does nothing still costs a layer call on eager torch
@@ -277,12 +251,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "attention_dropout": self.attention_dropout,
                 "dropout": self.dropout,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "qkv_layout": self.qkv_layout,
             }
         )
         return config
-
-    @classmethod
-    def from_config(cls, config):
-        # A layer saved before `qkv_layout` existed stored its kernel in timm's order.
-        return super().from_config({"qkv_layout": "timm", **config})

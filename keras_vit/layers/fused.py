@@ -34,7 +34,7 @@ from keras import ops
 # Temporary: torch's fused Adam step moved to `integrations.torch_optimizers` (an optimizer step, not a
 # layer operation); served here until `workflows/optimizers.py` imports it from there (issue 35 merge).
 from keras_vit.integrations.torch_optimizers import adam_update, has_fused_adam  # noqa: F401
-from keras_vit.utils.values import check_choice, to_pair
+from keras_vit.utils.values import to_pair
 
 
 def _is_torch():
@@ -99,16 +99,15 @@ def dense(layer, inputs):
     return linear(inputs, layer.kernel, layer.bias)
 
 
-def qkv_attention(qkv, num_heads, scale, qkv_layout="timm"):
+def qkv_attention(qkv, num_heads, scale):
     """Scaled dot-product attention straight from a fused qkv projection.
 
     Reference formula: split `(B, T, 3 * D)` into query, key and value,
     each `(B, T, H, Dh)`, `ops.dot_product_attention(q, k, v, scale=scale)`,
-    and merge the heads back to `(B, T, D)`. The split is a reshape and
-    slices in either column order (no copy of the activations):
-    `qkv_layout="timm"` reads the columns as q, k, v, each head-major
-    (timm's `qkv`), `(B, T, 3, H, Dh)`; `"heads"` reads them per head,
-    `[q k v]` of head 0, then head 1, ..., `(B, T, H, 3, Dh)`.
+    and merge the heads back to `(B, T, D)`. The columns are grouped per
+    head, `[q k v]` of head 0, then head 1, ... (`MultiHeadSelfAttention`'s
+    order), so the split is a reshape to `(B, T, H, 3, Dh)` and slices (no
+    copy of the activations).
 
     On torch the heads are split with one permute into torch's
     `(B, H, T, Dh)` layout and `scaled_dot_product_attention` runs without
@@ -118,8 +117,6 @@ def qkv_attention(qkv, num_heads, scale, qkv_layout="timm"):
         qkv: tensor of shape `(batch, tokens, 3 * hidden_dim)`.
         num_heads: int. Number of heads `H`; `hidden_dim = H * Dh`.
         scale: float. Factor on the logits (`Dh ** -0.5` in ViT).
-        qkv_layout: str. `"timm"` or `"heads"`, as above (see
-            `MultiHeadSelfAttention`). Defaults to `"timm"`.
 
     Returns:
         The attention output before the output projection, shaped
@@ -128,25 +125,16 @@ def qkv_attention(qkv, num_heads, scale, qkv_layout="timm"):
     batch, tokens, width = ops.shape(qkv)
     hidden_dim = width // 3
     head_dim = hidden_dim // num_heads
-    check_choice(qkv_layout, ("heads", "timm"), "qkv_layout")
-    per_head = qkv_layout == "heads"
     if _is_torch():
         import torch
 
         qkv = ops.convert_to_tensor(qkv)
-        if per_head:
-            qkv = qkv.reshape(batch, tokens, num_heads, 3, head_dim).permute(3, 0, 2, 1, 4)  # (3, B, H, T, Dh)
-        else:
-            qkv = qkv.reshape(batch, tokens, 3, num_heads, head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
+        qkv = qkv.reshape(batch, tokens, num_heads, 3, head_dim).permute(3, 0, 2, 1, 4)  # (3, B, H, T, Dh)
         query, key, value = qkv.unbind(0)
         context = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scale)  # (B, H, T, Dh)
         return context.transpose(1, 2).reshape(batch, tokens, hidden_dim)
-    if per_head:
-        qkv = ops.reshape(qkv, (-1, tokens, num_heads, 3, head_dim))  # (B, T, H, 3, Dh)
-        query, key, value = qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]  # each (B, T, H, Dh)
-    else:
-        qkv = ops.reshape(qkv, (-1, tokens, 3, num_heads, head_dim))  # (B, T, 3, H, Dh)
-        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, H, Dh)
+    qkv = ops.reshape(qkv, (-1, tokens, num_heads, 3, head_dim))  # (B, T, H, 3, Dh)
+    query, key, value = qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]  # each (B, T, H, Dh)
     context = ops.dot_product_attention(query, key, value, scale=scale)  # (B, T, H, Dh)
     return ops.reshape(context, (-1, tokens, hidden_dim))
 

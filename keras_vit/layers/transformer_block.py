@@ -34,10 +34,6 @@ class TransformerBlock(keras.layers.Layer):
             Defaults to `True`.
         kernel_initializer: Initializer of the Dense kernels. Defaults to
             `"glorot_uniform"`.
-        qkv_layout: str. Column order of the attention's fused qkv kernel,
-            `"heads"` or `"timm"`; see `MultiHeadSelfAttention`. A config
-            without the key (saved before the option existed) loads as
-            `"timm"`. Defaults to `"heads"`.
         **kwargs: Base layer keyword arguments.
 
     Call arguments:
@@ -67,7 +63,6 @@ class TransformerBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-6,
         use_qkv_bias=True,
         kernel_initializer="glorot_uniform",
-        qkv_layout="heads",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -79,7 +74,6 @@ class TransformerBlock(keras.layers.Layer):
         self.layer_scale_init = layer_scale_init
         self.layer_norm_epsilon = layer_norm_epsilon
         self.use_qkv_bias = use_qkv_bias
-        self.qkv_layout = qkv_layout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         policy = self.dtype_policy
         self.norm1 = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=policy, name="norm1")
@@ -89,7 +83,6 @@ class TransformerBlock(keras.layers.Layer):
             attention_dropout=attention_dropout,
             dropout=dropout,
             kernel_initializer=self.kernel_initializer,
-            qkv_layout=qkv_layout,
             dtype=policy,
             name="attention",
         )
@@ -171,12 +164,7 @@ class TransformerBlock(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "use_qkv_bias": self.use_qkv_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "qkv_layout": self.qkv_layout,
             }
         )
         return config
 
-    @classmethod
-    def from_config(cls, config):
-        # A block saved before `qkv_layout` existed stored its qkv kernel in timm's order.
-        return super().from_config({"qkv_layout": "timm", **config})

@@ -112,7 +112,7 @@ class MaskedPatchPredictor(ViTModel, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        self.check_arguments(kwargs)
+        self.refuse_unknown_arguments(kwargs)
         if not isinstance(backbone, ViTBackbone):
             raise ValueError(
                 "`backbone` must be a keras_vit.ViTBackbone, for example "

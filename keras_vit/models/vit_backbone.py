@@ -79,12 +79,6 @@ class ViTBackbone(ViTModel, keras.Model):
         layer_scale_init: float or `None`. LayerScale initial value, or
             `None` for no LayerScale. Defaults to `None`.
         use_qkv_bias: bool. Bias in the qkv projections. Defaults to `True`.
-        qkv_layout: str. Column order of every block's fused qkv kernel:
-            `"heads"` (per head, so model parallelism splits whole heads)
-            or `"timm"` (all queries, then keys, then values). A config
-            saved without the key loads as `"timm"`, the order it was saved
-            in. See `keras_vit.layers.MultiHeadSelfAttention`. Defaults to
-            `"heads"`.
         final_norm: bool. Apply a LayerNorm to the output tokens. Set to
             `False` for checkpoints that normalise after pooling instead
             (timm's `fc_norm`). Defaults to `True`.
@@ -127,7 +121,6 @@ class ViTBackbone(ViTModel, keras.Model):
         prefix_position_embedding=True,
         layer_scale_init=None,
         use_qkv_bias=True,
-        qkv_layout="heads",
         final_norm=True,
         pixel_scale=1.0 / 255.0,
         pixel_mean=0.5,
@@ -137,7 +130,7 @@ class ViTBackbone(ViTModel, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        self.check_arguments(kwargs)
+        self.refuse_unknown_arguments(kwargs)
         image_size = to_pair(image_size, "image_size")
         patch_size = to_pair(patch_size, "patch_size")
         # The backbone's own arguments. Every layer checks the arguments it takes as it is made
@@ -200,7 +193,6 @@ class ViTBackbone(ViTModel, keras.Model):
                 layer_scale_init=layer_scale_init,
                 layer_norm_epsilon=layer_norm_epsilon,
                 use_qkv_bias=use_qkv_bias,
-                qkv_layout=qkv_layout,
                 dtype=dtype,
                 name=f"transformer_block_{index}",
             )
@@ -252,7 +244,6 @@ class ViTBackbone(ViTModel, keras.Model):
         self.prefix_position_embedding = prefix_position_embedding
         self.layer_scale_init = layer_scale_init
         self.use_qkv_bias = use_qkv_bias
-        self.qkv_layout = qkv_layout
         self.final_norm = final_norm
         self.pixel_scale = pixel_scale
         self.pixel_mean = pixel_mean
@@ -382,11 +373,6 @@ class ViTBackbone(ViTModel, keras.Model):
             config["stem"] = bit_resnet_stem(**config["stem"], dtype=config.get("dtype"))
         return cls(**config)
 
-    @classmethod
-    def from_config(cls, config):
-        # A backbone saved before `qkv_layout` existed stored its qkv kernels in timm's order.
-        return super().from_config({"qkv_layout": "timm", **config})
-
     def get_config(self):
         return {
             "image_size": self.image_size,
@@ -406,7 +392,6 @@ class ViTBackbone(ViTModel, keras.Model):
             "prefix_position_embedding": self.prefix_position_embedding,
             "layer_scale_init": self.layer_scale_init,
             "use_qkv_bias": self.use_qkv_bias,
-            "qkv_layout": self.qkv_layout,
             "final_norm": self.final_norm,
             "pixel_scale": self.pixel_scale,
             "pixel_mean": self.pixel_mean,

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 
 from keras_vit.layers.token_pooling import TokenPooling
-from keras_vit.models.base import QUANTIZATION_KEY, ViTModel
+from keras_vit.models.base import ViTModel
 from keras_vit.models.vit_backbone import ViTBackbone, check_images_rank, check_parameter_count
 from keras_vit.utils.values import check_count, check_optional_count, check_rate
 
@@ -92,7 +92,7 @@ class ViTClassifier(ViTModel, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        self.check_arguments(kwargs)
+        self.refuse_unknown_arguments(kwargs)
         if not isinstance(backbone, ViTBackbone):
             raise ValueError(
                 "`backbone` must be a keras_vit.ViTBackbone, for example "
@@ -161,7 +161,7 @@ class ViTClassifier(ViTModel, keras.Model):
         head_arguments = set(cls.argument_names()) - {"backbone", "name"}
         backbone_arguments = set(ViTBackbone.argument_names())
         unknown = {key: value for key, value in overrides.items() if key not in head_arguments | backbone_arguments}
-        cls.check_arguments(unknown, extra=sorted((head_arguments | backbone_arguments) - {"backbone"}))
+        cls.refuse_unknown_arguments(unknown, extra=sorted((head_arguments | backbone_arguments) - {"backbone"}))
         head_config = {"num_classes": 1000}
         backbone_config = {}
         for key, value in overrides.items():
@@ -184,7 +184,7 @@ class ViTClassifier(ViTModel, keras.Model):
             metrics = ["accuracy"]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
-    def check_labels(self, y):
+    def check_label_values(self, y):
         shape = getattr(y, "shape", None)
         if shape is None or not isinstance(getattr(self, "loss", None), keras.losses.SparseCategoricalCrossentropy):
             return
@@ -229,11 +229,9 @@ class ViTClassifier(ViTModel, keras.Model):
     def _rebuild(self, backbone, copy_head, **changes):
         config = {**self.get_config(), **changes}
         config.pop("backbone")
-        config["dtype"] = self.dtype_policy
-        quantized = config.pop(QUANTIZATION_KEY, None)
+        # The head's own policies (a DTypePolicyMap naming its int8 layers), so that their weights fit.
+        config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         model = type(self)(backbone=backbone, **config)
-        if quantized:  # the head layers are quantized again so that their int8 weights fit
-            model._quantize_layers({path: mode for path, mode in quantized.items() if not path.startswith("backbone/")})
         for name in ("fc_norm", "pre_logits") + (("head",) if copy_head else ()):
             if any(layer.name == name for layer in self.layers):
                 model.get_layer(name).set_weights(self.get_layer(name).get_weights())

@@ -22,9 +22,9 @@ def to_numpy(x):
 def block_weights(block):
     kernel, bias = [to_numpy(w) for w in block.attention.qkv.weights]
     width = kernel.shape[0]
-    # Back to timm's q | k | v columns from the layer's `qkv_layout`.
+    # Back to timm's q | k | v columns from the layer's per-head order.
     attention = block.attention
-    to_timm = np.argsort(qkv_column_order(attention.num_heads, width // attention.num_heads, attention.qkv_layout))
+    to_timm = np.argsort(qkv_column_order(attention.num_heads, width // attention.num_heads))
     kernel, bias = kernel[:, to_timm], bias[to_timm]
     out_kernel, out_bias = [to_numpy(w) for w in block.attention.output_projection.weights]
     fc1, fc1_b = [to_numpy(w) for w in block.mlp.fc1.weights]

@@ -18,10 +18,6 @@ from keras_vit import layers
 PACKAGE = pathlib.Path(keras_vit.__file__).parent
 TINY = dict(image_size=8, patch_size=4, hidden_dim=8, num_layers=1, num_heads=2, mlp_dim=8)
 
-# Files left to another change of the same issue: base.py's LoRA `rank` check moves out of
-# base.py with LoRA itself; the mover takes `values.check_count` with it.
-NOT_YET = {"models/base.py"}
-
 
 def _inline_int_checks(path, root=PACKAGE):
     """`isinstance(x, int)` / `isinstance(x, (int, float))` calls in one file, as `file:line` under `root`."""
@@ -38,8 +34,7 @@ def _inline_int_checks(path, root=PACKAGE):
 def test_no_layer_or_model_spells_its_own_integer_check():
     files = sorted((PACKAGE / "layers").glob("*.py")) + sorted((PACKAGE / "models").glob("*.py"))
     assert len(files) > 15
-    found = [hit for path in files if path.relative_to(PACKAGE).as_posix() not in NOT_YET
-             for hit in _inline_int_checks(path)]
+    found = [hit for path in files for hit in _inline_int_checks(path)]
     assert found == [], f"use keras_vit.utils.values (is_int, check_count, to_pair, ...) instead: {found}"
 
 

@@ -110,7 +110,8 @@ def _qkv_numpy(qkv, num_heads, scale):
 def test_qkv_attention_equals_dot_product_attention(num_heads):
     qkv = rng(8).normal(size=(2, 5, 3 * 8)).astype("float32")
     scale = (8 // num_heads) ** -0.5
-    got = to_numpy(fused.qkv_attention(ops.convert_to_tensor(qkv), num_heads, scale))
+    # The formula reads timm's q | k | v columns; the fused op the same columns regrouped per head.
+    got = to_numpy(fused.qkv_attention(ops.convert_to_tensor(_per_head_columns(qkv, num_heads)), num_heads, scale))
     np.testing.assert_allclose(got, to_numpy(_qkv_formula(qkv, num_heads, scale)), atol=1e-5)
     np.testing.assert_allclose(got, _qkv_numpy(qkv, num_heads, scale), atol=1e-5)
 
@@ -128,15 +129,11 @@ def _per_head_columns(qkv, num_heads):
 def test_qkv_attention_reads_per_head_columns(num_heads):
     qkv = rng(11).normal(size=(2, 5, 3 * 8)).astype("float32")
     scale = (8 // num_heads) ** -0.5
-    got = to_numpy(fused.qkv_attention(ops.convert_to_tensor(_per_head_columns(qkv, num_heads)), num_heads, scale,
-                                       "heads"))
+    got = to_numpy(fused.qkv_attention(ops.convert_to_tensor(_per_head_columns(qkv, num_heads)), num_heads, scale))
     np.testing.assert_allclose(got, _qkv_numpy(qkv, num_heads, scale), atol=1e-5)
-    if num_heads > 1:  # the orders differ: reading per-head columns as timm's must not agree
-        wrong = to_numpy(fused.qkv_attention(ops.convert_to_tensor(_per_head_columns(qkv, num_heads)), num_heads,
-                                             scale, "timm"))
+    if num_heads > 1:  # the orders differ: timm's columns read as per-head ones must not agree
+        wrong = to_numpy(fused.qkv_attention(ops.convert_to_tensor(qkv), num_heads, scale))
         assert not np.allclose(wrong, got, atol=1e-3)
-    with pytest.raises(ValueError, match="qkv_layout=.rows."):
-        fused.qkv_attention(ops.convert_to_tensor(qkv), num_heads, scale, "rows")
 
 
 def test_fused_ops_under_mixed_bfloat16():
@@ -146,9 +143,10 @@ def test_fused_ops_under_mixed_bfloat16():
     got = block(x)
     assert keras.backend.standardize_dtype(got.dtype) == "bfloat16"
     assert all(w.dtype == "float32" for w in block.weights)
-    qkv = ops.cast(ops.convert_to_tensor(rng(10).normal(size=(2, 5, 24)).astype("float32")), "bfloat16")
+    timm_columns = rng(10).normal(size=(2, 5, 24)).astype("float32")
+    qkv = ops.cast(ops.convert_to_tensor(_per_head_columns(timm_columns, 2)), "bfloat16")
     fast = to_numpy(fused.qkv_attention(qkv, 2, 0.5))
-    np.testing.assert_allclose(fast, _qkv_numpy(to_numpy(qkv), 2, 0.5), atol=3e-2)
+    np.testing.assert_allclose(fast, _qkv_numpy(to_numpy(ops.cast(timm_columns, "bfloat16")), 2, 0.5), atol=3e-2)
 
 
 def _adam_numpy(w, g_steps, lr, beta_1, beta_2, epsilon):

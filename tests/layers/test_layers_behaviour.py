@@ -115,8 +115,8 @@ def test_patch_encoder_errors():
 def _attention_weights(layer):
     kernel, bias = [to_numpy(w) for w in layer.qkv.weights]
     width = kernel.shape[0]
-    # Back to timm's q | k | v columns from the layer's `qkv_layout`.
-    to_timm = np.argsort(qkv_column_order(layer.num_heads, width // layer.num_heads, layer.qkv_layout))
+    # Back to timm's q | k | v columns from the layer's per-head order.
+    to_timm = np.argsort(qkv_column_order(layer.num_heads, width // layer.num_heads))
     kernel, bias = kernel[:, to_timm], bias[to_timm]
     out_kernel, out_bias = [to_numpy(w) for w in layer.output_projection.weights]
     return {
@@ -213,20 +213,16 @@ def test_layer_scale_and_pooling_errors():
 
 def test_qkv_column_order_regroups_timm_columns_per_head():
     # Written out by hand: 2 heads of width 2, timm columns q0 q0 q1 q1 k0 k0 k1 k1 v0 v0 v1 v1.
-    np.testing.assert_array_equal(qkv_column_order(2, 2, "heads"), [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11])
-    np.testing.assert_array_equal(qkv_column_order(2, 2, "timm"), np.arange(12))
-    with pytest.raises(ValueError, match="qkv_layout='rows'"):
-        qkv_column_order(2, 2, "rows")
+    np.testing.assert_array_equal(qkv_column_order(2, 2), [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11])
 
 
-@pytest.mark.parametrize("qkv_layout", ["heads", "timm"])
-def test_attention_column_orders_compute_the_same_function(qkv_layout):
+def test_attention_with_timm_weights_regrouped_per_head_computes_timm_attention():
     x = np.random.default_rng(5).normal(size=(2, 5, 12)).astype("float32")
-    layer = layers.MultiHeadSelfAttention(num_heads=3, qkv_layout=qkv_layout)
+    layer = layers.MultiHeadSelfAttention(num_heads=3)
     layer.build(x.shape)
     rng = np.random.default_rng(6)
     timm_kernel, timm_bias = rng.normal(size=(12, 36)), rng.normal(size=(36,))
-    to_layer = qkv_column_order(3, 4, qkv_layout)
+    to_layer = qkv_column_order(3, 4)
     layer.qkv.kernel.assign(timm_kernel[:, to_layer].astype("float32"))
     layer.qkv.bias.assign(timm_bias[to_layer].astype("float32"))
     weights = _attention_weights(layer)
@@ -234,18 +230,3 @@ def test_attention_column_orders_compute_the_same_function(qkv_layout):
     expected = np.stack([ref.attention(sample.astype("float64"), weights, 3) for sample in x])
     np.testing.assert_allclose(to_numpy(layer(x)), expected, atol=1e-5)
     np.testing.assert_allclose(to_numpy(layer(x, return_attention_scores=True)[0]), expected, atol=1e-5)
-
-
-def test_attention_configs_without_qkv_layout_load_timm_order():
-    # A layer or block saved before `qkv_layout` existed has no such key: its kernel is in timm's order.
-    layer = layers.MultiHeadSelfAttention(num_heads=2)
-    assert layer.qkv_layout == "heads" and layer.get_config()["qkv_layout"] == "heads"
-    old = {key: value for key, value in layer.get_config().items() if key != "qkv_layout"}
-    assert layers.MultiHeadSelfAttention.from_config(old).qkv_layout == "timm"
-    assert layers.MultiHeadSelfAttention.from_config(layer.get_config()).qkv_layout == "heads"
-    block = layers.TransformerBlock(num_heads=2, mlp_dim=8)
-    old = {key: value for key, value in block.get_config().items() if key != "qkv_layout"}
-    assert layers.TransformerBlock.from_config(old).attention.qkv_layout == "timm"
-    assert layers.TransformerBlock.from_config(block.get_config()).attention.qkv_layout == "heads"
-    with pytest.raises(ValueError, match="qkv_layout='rows'"):
-        layers.MultiHeadSelfAttention(num_heads=2, qkv_layout="rows")

@@ -6,6 +6,11 @@ with identical outputs, `predict` on a dataset equal to `predict` on arrays,
 one `fit` step that trains, the parameter count against an independent count,
 and the same model under `mixed_bfloat16` (finite, and its policy kept
 through `.keras` and a preset).
+
+`run_model_options_contract(build, images, ...)` checks what a model offers
+beyond that: `quantize("int8")` (its `.keras` and preset round trips),
+`enable_lora` with `save_lora_weights` / `load_lora_weights`, `set_remat`
+(a fit step), and `with_head` / `with_image_size` where the model has them.
 """
 
 import json
@@ -123,3 +128,73 @@ def run_model_contract(build, images, targets=None, loss="mse", expected_params=
         mixed.save_to_preset(f"{directory}/preset")
         assert type(mixed).from_preset(f"{directory}/preset").dtype_policy.name == "mixed_bfloat16"
     return model
+
+
+def _fit_step(model, images, targets, loss):
+    model.compile(optimizer=keras.optimizers.SGD(0.05), **({} if targets is None else {"loss": loss}))
+    history = model.fit(images, targets, batch_size=len(images), epochs=1, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+
+
+def run_model_options_contract(build, images, targets=None, loss="mse", deterministic=None):
+    """Check quantize, LoRA, remat, `with_head` and `with_image_size` on the current backend.
+
+    Arguments as `run_model_contract`'s.
+    """
+    def outputs_of(model_):
+        if deterministic is not None:
+            return deterministic(model_, images)
+        return model_.predict(images, verbose=0)
+
+    # int8: the quantized layers and the outputs survive .keras and a preset.
+    quantized = build()
+    quantized.quantize("int8")
+    assert quantized.quantized_layers() and set(quantized.quantized_layers().values()) == {"int8"}
+    expected = outputs_of(quantized)
+    with tempfile.TemporaryDirectory() as directory:
+        reloaded = save_and_reload(quantized, directory)
+        assert reloaded.quantized_layers() == quantized.quantized_layers()
+        _assert_same(outputs_of(reloaded), expected)
+        quantized.save_to_preset(f"{directory}/preset")
+        from_preset = type(quantized).from_preset(f"{directory}/preset")
+        assert from_preset.quantized_layers() == quantized.quantized_layers()
+        _assert_same(outputs_of(from_preset), expected)
+
+    # LoRA: the factors saved on one model and loaded on a copy of its base give the same outputs.
+    adapted = build()
+    base_weights = adapted.get_weights()
+    adapted.enable_lora(2)
+    assert adapted.lora_enabled and adapted.lora_layers()
+    rng = np.random.default_rng(0)
+    for layer in adapted.lora_layers():
+        layer.lora_kernel_b.assign(rng.normal(0, 0.1, layer.lora_kernel_b.shape).astype("float32"))
+    expected = outputs_of(adapted)
+    with tempfile.TemporaryDirectory() as directory:
+        adapted.save_lora_weights(f"{directory}/adapter.lora.npz")
+        copy = build()
+        copy.set_weights(base_weights)
+        copy.load_lora_weights(f"{directory}/adapter.lora.npz")
+        _assert_same(outputs_of(copy), expected, 1e-5)
+    _fit_step(adapted, images, targets, loss)
+
+    # Remat: a training step runs with every block recomputed in the backward pass.
+    remat = build()
+    remat.set_remat(True)
+    _fit_step(remat, images, targets, loss)
+
+    model = build()
+    if hasattr(model, "with_image_size"):
+        height, width = images.shape[1:3]
+        bigger = model.with_image_size((2 * height, 2 * width))
+        doubled = np.repeat(np.repeat(images, 2, axis=1), 2, axis=2)
+        assert tuple(bigger.image_size if hasattr(bigger, "image_size") else bigger.backbone.image_size) == (
+            2 * height, 2 * width)
+        outputs = bigger.predict(doubled, verbose=0)
+        assert all(np.all(np.isfinite(o)) for o in keras.tree.flatten(_numpy(outputs)))
+        _assert_same(outputs_of(model.with_image_size((height, width))), outputs_of(model))
+    if hasattr(model, "with_head"):
+        five = model.with_head(5)
+        probabilities = _numpy(five.predict(images, verbose=0))
+        assert probabilities.shape == (len(images), 5)
+        if model.activation == "softmax":  # a new head is zero: the uniform distribution
+            np.testing.assert_allclose(probabilities, 0.2, atol=1e-6)

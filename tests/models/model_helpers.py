@@ -25,8 +25,8 @@ def block_weights(block):
     """One TransformerBlock's weights as the numpy reference's dict."""
     qkv_w, qkv_b = _values(block.attention.qkv)
     width = qkv_w.shape[0]
-    # The fused kernel stores its columns in the layer's `qkv_layout`; back to timm's q | k | v.
-    to_timm = np.argsort(qkv_column_order(block.num_heads, width // block.num_heads, block.attention.qkv_layout))
+    # The fused kernel groups its columns per head; back to timm's q | k | v.
+    to_timm = np.argsort(qkv_column_order(block.num_heads, width // block.num_heads))
     qkv_w, qkv_b = qkv_w[:, to_timm], qkv_b[to_timm]
     entry = dict(zip(("ln1_g", "ln1_b"), _values(block.norm1)))
     entry.update(zip(("ln2_g", "ln2_b"), _values(block.norm2)))

@@ -264,3 +264,60 @@ def test_one_hot_labels_with_the_default_loss_are_a_clear_error():
     model.fit(_images(), np.array([0, 2]), verbose=0)  # integer labels train
     model.compile(loss="categorical_crossentropy")
     model.fit(_images(), np.eye(3)[[0, 2]].astype("float32"), verbose=0)
+
+
+# === int8 through Keras' DTypePolicyMap ===
+
+
+def _quantized_classifier():
+    keras.utils.set_random_seed(0)
+    model = keras_vit.ViTClassifier(keras_vit.ViTBackbone(**TINY), num_classes=3)
+    randomise(model)
+    model.quantize("int8")
+    return model
+
+
+def _serialized_class_names(config):
+    """Every `class_name` in a serialized config, nested ones included."""
+    if isinstance(config, dict):
+        return [config.get("class_name")] + [name for value in config.values()
+                                             for name in _serialized_class_names(value)]
+    if isinstance(config, list):
+        return [name for value in config for name in _serialized_class_names(value)]
+    return []
+
+
+@pytest.mark.parametrize("save", ["keras", "preset"])
+def test_int8_model_saves_its_quantized_layers_in_a_dtype_policy_map(save, tmp_path):
+    model = _quantized_classifier()
+    expected = to_numpy(model.predict(_images(), verbose=0))
+    config = model.get_config()
+    assert "quantized_layers" not in json.dumps(config)
+    assert config["dtype"]["class_name"] == "DTypePolicyMap"
+    assert config["backbone"]["config"]["dtype"]["class_name"] == "DTypePolicyMap"
+    if save == "keras":
+        model.save(str(tmp_path / "int8.keras"))
+        loaded = keras.saving.load_model(str(tmp_path / "int8.keras"), compile=False)
+    else:
+        model.save_to_preset(str(tmp_path / "int8"))
+        loaded = keras_vit.ViTClassifier.from_preset(str(tmp_path / "int8"))
+        with open(tmp_path / "int8" / "config.json") as file:
+            assert "DTypePolicyMap" in _serialized_class_names(json.load(file))
+    assert loaded.quantized_layers() == model.quantized_layers()
+    assert loaded.get_layer("head").quantization_mode == "int8"
+    np.testing.assert_array_equal(to_numpy(loaded.predict(_images(), verbose=0)), expected)
+
+
+# === One qkv column order ===
+
+
+def test_a_config_with_qkv_layout_is_refused():
+    config = keras_vit.ViTBackbone(**TINY).get_config()
+    assert "qkv_layout" not in config
+    with pytest.raises(ValueError, match=r"qkv_layout"):
+        keras_vit.ViTBackbone.from_config({**config, "qkv_layout": "timm"})
+    with pytest.raises(ValueError, match=r"qkv_layout"):
+        keras_vit.layers.MultiHeadSelfAttention(num_heads=2, qkv_layout="heads")
+    block = keras_vit.layers.TransformerBlock(num_heads=2, mlp_dim=8)
+    with pytest.raises((TypeError, ValueError), match=r"qkv_layout"):  # Keras wraps a layer's refusal in TypeError
+        keras_vit.layers.TransformerBlock.from_config({**block.get_config(), "qkv_layout": "timm"})

@@ -6,7 +6,7 @@ import pytest
 
 import keras_vit
 from keras_vit.models.hybrid import bit_resnet_stem
-from tests.models.contract import run_model_contract, vit_parameter_count
+from tests.models.contract import run_model_contract, run_model_options_contract, vit_parameter_count
 
 TINY = dict(hidden_dim=16, num_layers=2, num_heads=2, mlp_dim=32)
 IMAGES = np.random.default_rng(0).uniform(0, 255, (4, 16, 16, 3)).astype("float32")
@@ -79,3 +79,20 @@ def test_model_contract(case):
             return model.head(tokens[:, model.num_prefix_tokens:])
     run_model_contract(_seeded(make), IMAGES, targets=targets, loss=loss, expected_params=expected_params,
                        deterministic=deterministic)
+
+
+@pytest.mark.slow  # quantizes, adapts and rebuilds each model kind: a few seconds each
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_model_options_contract(case):
+    make, targets, _ = CASES[case]
+    loss = "sparse_categorical_crossentropy"
+    if isinstance(targets, str):
+        targets, loss = None, None
+    elif targets is None:
+        targets, loss = np.zeros((len(IMAGES),) + tuple(make(None).output_shape[1:]), "float32"), "mse"
+    deterministic = None
+    if case == "masked_patch_predictor":
+        def deterministic(model, images):
+            tokens = model.backbone(images)
+            return model.head(tokens[:, model.num_prefix_tokens:])
+    run_model_options_contract(_seeded(make), IMAGES, targets=targets, loss=loss, deterministic=deterministic)

@@ -1,4 +1,4 @@
-"""Child process of test_head_alignment.py: the model-parallel refusals on 8 virtual CPU devices.
+"""Child process of test_whole_heads.py: the model-parallel refusals on 8 virtual CPU devices.
 
 XLA reads `--xla_force_host_platform_device_count` once, when JAX starts, so
 this runs in its own interpreter and prints one JSON line for the test to
@@ -24,7 +24,7 @@ sys.path.insert(0, REPO_ROOT)
 from keras_vit import ViTBackbone, ViTClassifier  # noqa: E402
 from keras_vit import distribution as vit_distribution  # noqa: E402
 
-OLD_PRESET = os.path.join(REPO_ROOT, "tests", "fixtures", "presets", "timm_cls_token")  # 2 heads, timm's order
+PRESET = os.path.join(REPO_ROOT, "tests", "fixtures", "presets", "timm_cls_token")  # 2 heads, converted from timm
 
 
 def refusal(build, distribution):
@@ -49,8 +49,6 @@ def main():
         # 4 does not divide 6 heads; 1 and 2 divide both 6 and the 8 devices.
         "heads_refusal": refusal(six_heads, vit_distribution.model_parallel(model_parallelism=4)),
         "heads_accepted": refusal(six_heads, vit_distribution.model_parallel(model_parallelism=2)),
-        "old_order_refusal": refusal(lambda: ViTClassifier.from_preset(OLD_PRESET),
-                                     vit_distribution.model_parallel(model_parallelism=2)),
     }
     # The command line: `--distribute model` puts the 8 devices on the model axis; the digits ViT has 4 heads.
     from keras_vit.cli import main as cli
@@ -66,15 +64,13 @@ def main():
                     "--save", os.path.join(scratch, "digits.keras"), "--run-dir", os.path.join(scratch, "run")])
         report["cli_model_parallelism_4"] = {"exit_code": code,
                                              "saved": os.path.exists(os.path.join(scratch, "digits.keras"))}
-    old = ViTClassifier.from_preset(OLD_PRESET)  # no distribution: loads in timm's order
     images = np.random.default_rng(0).uniform(0, 255, size=(8, 16, 16, 3)).astype("float32")
-    expected = np.asarray(old.predict_on_batch(images))
+    expected = np.asarray(ViTClassifier.from_preset(PRESET).predict_on_batch(images))  # no distribution
     with vit_distribution.model_parallel(model_parallelism=2).scope():
-        converted = vit_distribution.head_aligned(old)
-        got = np.asarray(converted.predict_on_batch(images))
-    qkv = next(w for w in converted.weights if w.path.endswith("transformer_block_0/attention/qkv/kernel"))
-    report["converted"] = {
-        "qkv_layout": converted.backbone.qkv_layout,
+        split = ViTClassifier.from_preset(PRESET)
+        got = np.asarray(split.predict_on_batch(images))
+    qkv = next(w for w in split.weights if w.path.endswith("transformer_block_0/attention/qkv/kernel"))
+    report["split"] = {
         "difference": float(np.max(np.abs(got - expected))),
         "qkv_spec": sharding_spec(qkv),
         "qkv_shard_shape": list(qkv.value.addressable_shards[0].data.shape),
