@@ -156,28 +156,6 @@ def test_train_resumes_from_its_checkpoint(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
-def test_a_backup_in_the_old_qkv_column_order_is_refused_not_loaded(tmp_path):
-    """An epoch backup written before qkv columns were grouped per head cannot be loaded silently wrong."""
-    import json
-
-    from keras_vit.workflows.digits_demo import build_digits_classifier
-    from keras_vit.workflows.resuming import CHECKPOINT_STATE, EpochCheckpoint
-
-    model = build_digits_classifier(seed=0, num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)
-    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-    checkpoint = EpochCheckpoint(str(tmp_path / "backup"), {"case": "layout"})
-    checkpoint.set_model(model)
-    checkpoint.on_epoch_end(0)
-    assert EpochCheckpoint(str(tmp_path / "backup"), {"case": "layout"}).restore(model) == 1
-
-    state_path = tmp_path / "backup" / CHECKPOINT_STATE
-    state = json.loads(state_path.read_text())
-    assert state.pop("qkv_layouts") == ["heads"]
-    state_path.write_text(json.dumps(state))  # what an older keras_vit wrote
-    with pytest.raises(ValueError, match="another column order"):
-        EpochCheckpoint(str(tmp_path / "backup"), {"case": "layout"}).restore(model)
-
-
 def test_save_is_atomic(tmp_path):
     from keras_vit.workflows.digits_demo import build_digits_classifier
     from keras_vit.workflows.training import save_model

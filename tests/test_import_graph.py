@@ -178,28 +178,9 @@ IMPORT_CYCLES = {
         "module reads and writes through `utils.files`",
 }
 
-# Temporary: imports inside functions in files other branches of issue 35 are editing (models/*,
-# workflows/*, distribution/engines/*). None has a reason above; each moves to module level (or
-# gets a listed reason) when those branches merge, and this list is then empty and removed.
-PENDING_OTHER_BRANCHES = {
-    # distribution/engines: the package chooses among its engine modules, which import the package's
-    # `joining` back (a cycle through the package for jax_processes and torch_processes, none for
-    # tf_workers and one_process); `integrations.tf_trainer` imports TensorFlow only inside functions.
-    ("keras_vit.distribution.engines", "keras_vit.distribution.engines.jax_processes"),
-    ("keras_vit.distribution.engines", "keras_vit.distribution.engines.one_process"),
-    ("keras_vit.distribution.engines", "keras_vit.distribution.engines.tf_workers"),
-    ("keras_vit.distribution.engines", "keras_vit.distribution.engines.torch_processes"),
-    ("keras_vit.distribution.engines.tf_workers", "keras_vit.integrations.tf_trainer"),
-    # workflows/export.py: every target is a lower layer, with no cycle; the integration imports its
-    # framework (tf2onnx) only inside functions.
-    ("keras_vit.workflows.export", "keras_vit.integrations.onnx_ops"),
-    ("keras_vit.workflows.export", "keras_vit.utils.files"),
-}
-
 IMPORTS_INSIDE_FUNCTIONS = {
     **{pair: f"(b) preset facade: {why}" for pair, why in PRESET_FACADE.items()},
     **{pair: f"(c) import cycle: {why}" for pair, why in IMPORT_CYCLES.items()},
-    **{pair: "pending another branch" for pair in PENDING_OTHER_BRANCHES},
 }
 
 

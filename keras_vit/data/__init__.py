@@ -22,7 +22,6 @@ from keras_vit.data.image_folder import (
     EpochSync,
     ImageFolderDataset,
     check_image_file,
-    check_labels,  # temporary: the old name, still used by workflows/
     checked_class_indices,
     image_folder_datasets,
     index_image_folder,

@@ -260,11 +260,6 @@ def checked_class_indices(labels, num_classes):
     return array.astype("int32")
 
 
-# Temporary: the workflows' callers (fewshot, training, finetuning) use the old name until the
-# issue 35 branches merge; `check_labels` is also a model method, a different check.
-check_labels = checked_class_indices
-
-
 def stratified_split(labels, validation_split, seed=0):
     """Indices of a per-class random split, the same for the same seed.
 

@@ -77,10 +77,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         A tensor shaped like `inputs`, or a tuple `(outputs, scores)`.
     """
 
-    # Read by the epoch backup's column-order check in `workflows/training.py` until that check goes:
-    # the one column order there is. Not an argument and not in the config.
-    qkv_layout = "heads"
-
     def __init__(
         self,
         num_heads,

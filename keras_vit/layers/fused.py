@@ -31,9 +31,6 @@ names, shapes and saved files are those of the plain Keras layers.
 import keras
 from keras import ops
 
-# Temporary: torch's fused Adam step moved to `integrations.torch_optimizers` (an optimizer step, not a
-# layer operation); served here until `workflows/optimizers.py` imports it from there (issue 35 merge).
-from keras_vit.integrations.torch_optimizers import adam_update, has_fused_adam  # noqa: F401
 from keras_vit.utils.values import to_pair
 
 

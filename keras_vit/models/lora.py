@@ -126,15 +126,12 @@ class LowRankAdaptation:
 
         Args:
             path: str, path-like, or a `Destination` of
-                `keras_vit.utils.files`. Ends in `.npz`, e.g.
-                `"flowers.lora.npz"`.
+                `keras_vit.utils.files`. The file is an `.npz` archive
+                whatever its name; `"flowers.lora.npz"` says so.
 
         Raises:
-            ValueError: LoRA is not enabled, or `path` does not end in `.npz`.
+            ValueError: LoRA is not enabled.
         """
-        if not isinstance(path, files.Destination) and not str(path).endswith(".npz"):
-            raise ValueError(f"A LoRA weights file is an .npz file; give a name such as 'adapter.lora.npz'. "
-                             f"Received: path={str(path)!r}")
         arrays = self.lora_weights()
         destination = path if isinstance(path, files.Destination) else files.claim(path, "file")
         with destination.staged(suffix=".npz") as temporary:

@@ -54,11 +54,6 @@ def check_image_batch(images, name="images"):
         )
 
 
-# Temporary: models/base.py imports the old name until the issue 35 branches merge (the model has
-# its own `check_batch` method, a different check).
-check_batch = check_image_batch
-
-
 def check_pixel_range(images, expected_max=255.0, model=None, name="images"):
     """Warn (once per model) when pixels look like [0, 1] data for a [0, 255] model.
 

@@ -28,6 +28,8 @@ import os
 import numpy as np
 
 from keras_vit.integrations import exported_graphs
+from keras_vit.integrations.onnx_ops import register_tf2onnx_rules
+from keras_vit.utils.files import Destination, claim, export_graph, write_json_file
 
 EXPORT_EXTRA = 'pip install "keras3-vit[export]"'
 # The record of what was exported (format, source, input), written beside the exported files.
@@ -113,8 +115,6 @@ def check_export_directory(path, argument="path", inputs=None):
     Raises:
         keras_vit.utils.ArgumentError: naming the path, the files and the fix.
     """
-    from keras_vit.utils.files import claim
-
     return claim(path, EXPORT_KIND, inputs=inputs, argument=argument)
 
 
@@ -193,8 +193,6 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
     >>> model = keras_vit.ViTClassifier.from_preset("vit_ti16_augreg_in21k_ft_in1k")
     >>> keras_vit.export_model(model, "vit_onnx", format="onnx")["max_difference"]
     """
-    from keras_vit.utils.files import Destination, export_graph, write_json_file
-
     check_export(format)
     destination = path if isinstance(path, Destination) else check_export_directory(path)
     if format == "litert" and getattr(model, "quantized_layers", dict)():
@@ -205,8 +203,6 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
         import keras
 
         if keras.backend.backend() == "tensorflow":
-            from keras_vit.integrations.onnx_ops import register_tf2onnx_rules
-
             register_tf2onnx_rules()
     document = {"format": format, **describe(model)}
     # Keras' exporters refuse a model that was never called (one loaded from a file, say).

@@ -18,7 +18,6 @@ import numpy as np
 from keras_vit.data.image_folder import EpochSync
 from keras_vit.distribution import engines
 from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
-from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.utils import files
 from keras_vit.utils.files import check_writable_names, claim, mark_directory, quote, read_marker
 
@@ -65,36 +64,6 @@ def _seed_states(model):
     return [variable for variable in model.variables if id(variable) not in weights]
 
 
-def _lora_layers(model):
-    layers = model.lora_layers() if hasattr(model, "lora_layers") else []
-    return [layer for layer in layers if layer.lora_enabled]
-
-
-def _save_lora(model, path):
-    """Write every LoRA Dense's A and B (Keras' weights file holds only the merged kernel)."""
-    layers = _lora_layers(model)
-    if layers:
-        arrays = {}
-        for index, layer in enumerate(layers):
-            arrays[f"{index}_a"] = keras.ops.convert_to_numpy(layer.lora_kernel_a.value)
-            arrays[f"{index}_b"] = keras.ops.convert_to_numpy(layer.lora_kernel_b.value)
-        files.write_arrays(path, arrays)
-
-
-def _restore_lora(model, path):
-    """Put A and B back and take their update out of the merged kernel that `load_weights` assigned."""
-    layers = _lora_layers(model)
-    if not layers or not os.path.exists(path):
-        return
-    with np.load(path, allow_pickle=False) as arrays:
-        for index, layer in enumerate(layers):
-            a, b = arrays[f"{index}_a"], arrays[f"{index}_b"]
-            merged = keras.ops.convert_to_numpy(layer._kernel.value).astype("float64")
-            layer._kernel.assign(merged - (layer.lora_alpha / layer.lora_rank) * (a.astype("float64") @ b))
-            layer.lora_kernel_a.assign(a)
-            layer.lora_kernel_b.assign(b)
-
-
 class EpochCheckpoint(keras.callbacks.Callback):
     """Save everything a run needs to resume, atomically, after every epoch.
 
@@ -136,20 +105,14 @@ class EpochCheckpoint(keras.callbacks.Callback):
                 f"{', '.join(changed)}). Run the same command again to resume it, or delete that directory "
                 "(or choose another output) to start a new run."
             )
-        # A backup without the key was written before keras_vit grouped qkv columns per head.
-        layouts = qkv_layouts(model)
-        saved_layouts = state.get("qkv_layouts", ["timm"] if layouts else [])
-        if saved_layouts != layouts:
-            raise ValueError(
-                f"{quote(self.directory)} holds the checkpoint of a model whose attention weights are stored in "
-                f"another column order ({', '.join(saved_layouts)}; this model: {', '.join(layouts)}), "
-                "written by an older keras_vit. Loading it would give wrong outputs without an error: delete that "
-                "directory (or choose another output) to start a new run."
-            )
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         model.load_weights(os.path.join(self.directory, CHECKPOINT_WEIGHTS))
-        _restore_lora(model, os.path.join(self.directory, CHECKPOINT_LORA))
+        lora_path = os.path.join(self.directory, CHECKPOINT_LORA)
+        if getattr(model, "lora_enabled", False) and os.path.exists(lora_path):
+            # The weights file holds each adapted kernel with its update merged in (Keras' Dense saves it so):
+            # take the update back out and put the low-rank factors back.
+            model.load_lora_weights(lora_path, kernels_merged=True)
         seeds = _seed_states(model)
         saved = state.get("seed_states", [])
         if len(saved) == len(seeds):
@@ -175,7 +138,6 @@ class EpochCheckpoint(keras.callbacks.Callback):
         state = {
             "epoch": epoch + 1,
             "settings": self.settings,
-            "qkv_layouts": qkv_layouts(self.model),
             "seed_states": [keras.ops.convert_to_numpy(v.value).tolist() for v in _seed_states(self.model)],
             "global_rng": global_rng_state(),
             "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
@@ -185,7 +147,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
                             reserved=(CHECKPOINT_WEIGHTS, CHECKPOINT_STATE, CHECKPOINT_LORA))
         with destination.directory() as staging:
             files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
-            _save_lora(self.model, os.path.join(staging, CHECKPOINT_LORA))
+            if getattr(self.model, "lora_enabled", False):
+                files.write_arrays(os.path.join(staging, CHECKPOINT_LORA), self.model.lora_weights())
             files.write_json_file(os.path.join(staging, CHECKPOINT_STATE), state)
         run_dir = os.path.dirname(self.directory)
         if read_marker(run_dir)[0] == RUN_KIND:
@@ -233,15 +196,6 @@ class EpochLog(keras.callbacks.Callback):
         keys = self.rows[0].split(",")[1:]
         self.rows.append(",".join([str(epoch), *(str(logs.get(key, "NA")) for key in keys)]))
         self.destination.save_text(LOG_FILE, "".join(row + "\n" for row in self.rows))
-
-
-def qkv_layouts(model):
-    """The column orders of `model`'s fused qkv kernels (`["heads"]` for any model built today).
-
-    A weights file carries no config: the epoch backup records these so a
-    backup written in another order is refused instead of loaded wrongly.
-    """
-    return sorted({layer.qkv_layout for layer in model._flatten_layers() if isinstance(layer, MultiHeadSelfAttention)})
 
 
 def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_data=None, callbacks=(),

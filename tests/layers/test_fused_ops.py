@@ -149,45 +149,6 @@ def test_fused_ops_under_mixed_bfloat16():
     np.testing.assert_allclose(fast, _qkv_numpy(to_numpy(ops.cast(timm_columns, "bfloat16")), 2, 0.5), atol=3e-2)
 
 
-def _adam_numpy(w, g_steps, lr, beta_1, beta_2, epsilon):
-    m, v = np.zeros_like(w), np.zeros_like(w)
-    for t, g in enumerate(g_steps, start=1):
-        alpha = lr * np.sqrt(1 - beta_2**t) / (1 - beta_1**t)
-        m = m + (g - m) * (1 - beta_1)
-        v = v + (g * g - v) * (1 - beta_2)
-        w = w - alpha * m / (np.sqrt(v) + epsilon)
-    return w, m, v
-
-
-def test_adam_update_equals_keras_adam_formula():
-    shapes = [(3, 4), (4,)]
-    weights = [rng(11 + i).normal(size=s) for i, s in enumerate(shapes)]
-    grads = [[rng(20 + 3 * t + i).normal(size=s) for i, s in enumerate(shapes)] for t in range(3)]
-    variables = [keras.Variable(w.astype("float32")) for w in weights]
-    momentums = [keras.Variable(np.zeros(s, "float32")) for s in shapes]
-    velocities = [keras.Variable(np.zeros(s, "float32")) for s in shapes]
-    # A large epsilon makes its placement (before or after bias correction) visible.
-    lr, beta_1, beta_2, epsilon = 0.1, 0.9, 0.99, 0.1
-    for t in range(3):
-        step_grads = [ops.convert_to_tensor(g.astype("float32")) for g in grads[t]]
-        fused.adam_update(variables, step_grads, momentums, velocities, lr, t + 1, beta_1, beta_2, epsilon)
-    for i in range(len(shapes)):
-        w, m, v = _adam_numpy(weights[i], [grads[t][i] for t in range(3)], lr, beta_1, beta_2, epsilon)
-        np.testing.assert_allclose(to_numpy(variables[i]), w, atol=1e-5)
-        np.testing.assert_allclose(to_numpy(momentums[i]), m, atol=1e-5)
-        np.testing.assert_allclose(to_numpy(velocities[i]), v, atol=1e-5)
-
-
-def test_has_fused_adam_only_on_torch_and_one_dtype():
-    a = keras.Variable(np.zeros((2,), "float32"))
-    b = keras.Variable(np.zeros((2,), "float32"))
-    grads = [ops.zeros((2,)), ops.zeros((2,))]
-    assert fused.has_fused_adam([a, b], grads) == (keras.backend.backend() == "torch")
-    c = keras.Variable(np.zeros((2,), "float16"))
-    assert not fused.has_fused_adam([a, c], [grads[0], ops.zeros((2,), "float16")])
-    assert not fused.has_fused_adam([], [])
-
-
 def _conv_numpy(x, kernel, stride):
     kh, kw = kernel.shape[:2]
     batch, height, width, _ = x.shape

@@ -18,21 +18,21 @@ import keras
 
 from keras_vit.distribution.engines.base import Engine
 from keras_vit.distribution.engines.joining import DEFAULT_JOIN_TIMEOUT, JOIN_TIMEOUT_VARIABLE, join_timeout
+# The engine modules import no framework at module level (each imports its own inside the functions that
+# run only on its backend), so all four load here and `current()` picks one.
+from keras_vit.distribution.engines import tf_workers, torch_processes
+from keras_vit.distribution.engines.jax_processes import JaxProcesses
+from keras_vit.distribution.engines.one_process import OneProcess
+from keras_vit.distribution.engines.tf_workers import TensorFlowWorkers
+from keras_vit.distribution.engines.torch_processes import TorchProcesses
 
 _ENGINES = {}
 
 
 def _engine(kind):
     if kind not in _ENGINES:
-        if kind == "jax":
-            from keras_vit.distribution.engines.jax_processes import JaxProcesses as kind_class
-        elif kind == "torch":
-            from keras_vit.distribution.engines.torch_processes import TorchProcesses as kind_class
-        elif kind == "tensorflow":
-            from keras_vit.distribution.engines.tf_workers import TensorFlowWorkers as kind_class
-        else:
-            from keras_vit.distribution.engines.one_process import OneProcess as kind_class
-        _ENGINES[kind] = kind_class()
+        kinds = {"jax": JaxProcesses, "torch": TorchProcesses, "tensorflow": TensorFlowWorkers}
+        _ENGINES[kind] = kinds.get(kind, OneProcess)()
     return _ENGINES[kind]
 
 
@@ -48,12 +48,8 @@ def current():
     if backend == "jax":
         return _engine("jax")
     if backend == "torch":
-        from keras_vit.distribution.engines import torch_processes
-
         return _engine("torch" if torch_processes.running() else "one")
     if backend == "tensorflow":
-        from keras_vit.distribution.engines import tf_workers
-
         return _engine("tensorflow" if tf_workers.current_strategy() is not None else "one")
     return _engine("one")
 

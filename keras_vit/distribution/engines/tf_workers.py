@@ -28,6 +28,7 @@ import keras
 
 from keras_vit.distribution.engines import joining
 from keras_vit.distribution.engines.base import Engine
+from keras_vit.integrations.tf_trainer import local_batch, multi_worker, reducible_logs
 
 # The job's strategy, made once per process: TensorFlow allows one collective setup per process.
 _STRATEGY = None
@@ -127,8 +128,6 @@ def current_strategy():
     if _STRATEGY is not None:
         return _STRATEGY
     import tensorflow as tf
-
-    from keras_vit.integrations.tf_trainer import multi_worker
 
     if not tf.distribute.has_strategy():
         return None
@@ -251,7 +250,6 @@ def _wrap_for_workers(model, strategy):
     - each worker's loss is weighted by its share of the global batch's rows
       (`RowShare`), not by `1 / workers` as Keras weights it.
     """
-    from keras_vit.integrations.tf_trainer import local_batch, reducible_logs
 
     if getattr(model, "_keras_vit_workers", None) is strategy:
         return
