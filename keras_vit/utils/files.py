@@ -226,13 +226,26 @@ def foreign_entries(directory, kind):
     return sorted(name for name in names if not _owns(directory, name, entries))
 
 
-def mark_directory(directory, kind, names):
+def mark_directory(directory, kind, names, coming=()):
     """Record that keras_vit wrote `names` (inside `directory`) as a `kind` directory, with their digests.
 
     Entries recorded before for the same kind are kept.
+
+    Args:
+        directory: str. The directory whose marker is written.
+        kind: str. What keras_vit keeps there (e.g. `"run"`).
+        names: iterable of str. Entries written: recorded by digest (a file)
+            or as a marked directory.
+        coming: iterable of str. Directories about to be swapped in, recorded
+            *before* the swap: a kill between the swap and a record made
+            after it would leave keras_vit's own directory unrecorded, and
+            the next run would refuse it as the user's. Such an entry is ours
+            only while it is a directory carrying a keras_vit marker.
     """
     previous_kind, entries = read_marker(directory)
     entries = dict(entries) if previous_kind == kind else {}
+    for name in coming:
+        entries[name] = MARKED_DIRECTORY
     for name in names:
         path = os.path.join(directory, name)
         if os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None:

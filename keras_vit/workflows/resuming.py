@@ -145,14 +145,15 @@ class EpochCheckpoint(keras.callbacks.Callback):
         # A file of the user's in backup/ (notes) is carried into each new backup, never deleted.
         destination = claim(self.directory, CHECKPOINT_KIND,
                             reserved=(CHECKPOINT_WEIGHTS, CHECKPOINT_STATE, CHECKPOINT_LORA))
+        run_dir = os.path.dirname(self.directory)
+        if read_marker(run_dir)[0] == RUN_KIND:
+            # Recorded before the swap: a kill right after it leaves a backup the next run knows as its own.
+            mark_directory(run_dir, RUN_KIND, [], coming=[os.path.basename(self.directory)])
         with destination.directory() as staging:
             files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
             if getattr(self.model, "lora_enabled", False):
                 files.write_arrays(os.path.join(staging, CHECKPOINT_LORA), self.model.lora_weights())
             files.write_json_file(os.path.join(staging, CHECKPOINT_STATE), state)
-        run_dir = os.path.dirname(self.directory)
-        if read_marker(run_dir)[0] == RUN_KIND:
-            mark_directory(run_dir, RUN_KIND, [os.path.basename(self.directory)])
 
 
 def _trim_log(run_dir, epochs_done):
