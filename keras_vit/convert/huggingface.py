@@ -15,6 +15,7 @@ import numpy as np
 from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.utils.files import Destination, claim, write_json_file
+from keras_vit.utils.values import is_int
 
 # ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / STD).
 HF_DEFAULT_MEAN = (0.5, 0.5, 0.5)
@@ -142,7 +143,7 @@ def _check_config(config):
     for key in ("image_size", "patch_size"):
         value = config.get(key, 1)
         values = value if isinstance(value, list) and len(value) == 2 else [value]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        if not all(is_int(v) and v > 0 for v in values):
             raise ValueError(f"The Hugging Face config.json must give `{key}` as a positive integer or "
                              f"[height, width]. Received: {key}={value!r}")
     if config["hidden_size"] % config["num_attention_heads"]:

@@ -19,6 +19,7 @@ from keras_vit.utils import atomic_write
 from keras_vit.utils.checks import HDF5_MAGIC, ZIP_MAGIC
 from keras_vit.utils.errors import OptInRequired
 from keras_vit.utils.files import quote
+from keras_vit.utils.values import is_int
 
 # The file every checkpoint directory format (keras_vit, Hugging Face, timm, keras-hub) keeps its config in.
 CONFIG_FILE = "config.json"
@@ -135,10 +136,6 @@ def _corrupt(path, what):
     )
 
 
-def _whole_number(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _parse_entry(path, name, info):
     """(dtype name, shape tuple, begin, end) of one header entry, every field checked."""
     if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
@@ -148,9 +145,9 @@ def _parse_entry(path, name, info):
     dtype_name, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
     if not isinstance(dtype_name, str):
         raise _corrupt(path, f"tensor {name!r} has dtype {dtype_name!r}, not a dtype name")
-    if not isinstance(shape, list) or not all(_whole_number(v) and v >= 0 for v in shape):
+    if not isinstance(shape, list) or not all(is_int(v) and v >= 0 for v in shape):
         raise _corrupt(path, f"tensor {name!r} has shape {shape!r}; a shape is a list of non-negative integers")
-    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_whole_number(v) for v in offsets)
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(is_int(v) for v in offsets)
             or not 0 <= offsets[0] <= offsets[1]):
         raise _corrupt(path, f"tensor {name!r} has data_offsets {offsets!r}; they must be two integers "
                              "[begin, end] with 0 <= begin <= end")

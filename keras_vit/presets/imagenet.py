@@ -5,6 +5,8 @@ import os
 
 import numpy as np
 
+from keras_vit.utils.values import is_int
+
 _CLASSES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "imagenet_classes.txt")
 
 
@@ -80,7 +82,7 @@ def decode_predictions(predictions, class_names=None, top=5):
     >>> model = keras_vit.ViTClassifier.from_preset("vit_b16_augreg_in21k_ft_in1k")
     >>> keras_vit.decode_predictions(model.predict(images), model, top=3)
     """
-    if isinstance(class_names, int) and not isinstance(class_names, bool):
+    if is_int(class_names):
         # The former signature was decode_predictions(predictions, top).
         class_names, top = None, class_names
     scores = np.asarray(predictions)
