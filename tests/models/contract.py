@@ -79,7 +79,9 @@ def run_model_contract(build, images, targets=None, loss="mse", expected_params=
     def outputs_of(model_):
         if deterministic is not None:
             return deterministic(model_, images)
-        return model_.predict(images, verbose=0)
+        # A direct call, not `predict`: `predict` compiles a function for each of the ~8 models built here
+        # (TensorFlow traced for most of this contract's time); the compiled paths are `run_model_contract`'s.
+        return _numpy(model_(images, training=False))
 
     model = build()
     expected = outputs_of(model)
@@ -144,7 +146,9 @@ def run_model_options_contract(build, images, targets=None, loss="mse", determin
     def outputs_of(model_):
         if deterministic is not None:
             return deterministic(model_, images)
-        return model_.predict(images, verbose=0)
+        # A direct call, not `predict`: `predict` compiles a function for each of the ~8 models built here
+        # (TensorFlow traced for most of this contract's time); the compiled paths are `run_model_contract`'s.
+        return _numpy(model_(images, training=False))
 
     # int8: the quantized layers and the outputs survive .keras and a preset.
     quantized = build()
@@ -189,12 +193,12 @@ def run_model_options_contract(build, images, targets=None, loss="mse", determin
         doubled = np.repeat(np.repeat(images, 2, axis=1), 2, axis=2)
         assert tuple(bigger.image_size if hasattr(bigger, "image_size") else bigger.backbone.image_size) == (
             2 * height, 2 * width)
-        outputs = bigger.predict(doubled, verbose=0)
+        outputs = bigger(doubled, training=False)
         assert all(np.all(np.isfinite(o)) for o in keras.tree.flatten(_numpy(outputs)))
         _assert_same(outputs_of(model.with_image_size((height, width))), outputs_of(model))
     if hasattr(model, "with_head"):
         five = model.with_head(5)
-        probabilities = _numpy(five.predict(images, verbose=0))
+        probabilities = _numpy(five(images, training=False))
         assert probabilities.shape == (len(images), 5)
         if model.activation == "softmax":  # a new head is zero: the uniform distribution
             np.testing.assert_allclose(probabilities, 0.2, atol=1e-6)
