@@ -89,9 +89,9 @@ class PaddedShare(keras.utils.PyDataset):
     weights); the real rows have sample weight 1. Each process reads only
     its real rows of the dataset (a copy of it whose `rows` are these).
 
-    Labelled data only (`(x, y)` batches): data without labels (pre-training
-    images) has no place for a sample weight, so `JaxProcesses.shard` cuts
-    its batches to the multiple instead.
+    Data without labels (pre-training images, batches of `x` alone) gives
+    `(x, None, sample weight)` batches, which Keras unpacks as images,
+    no labels and sample weights.
     """
 
     def __init__(self, dataset, index, count, multiple):
@@ -100,6 +100,8 @@ class PaddedShare(keras.utils.PyDataset):
                          max_queue_size=getattr(dataset, "max_queue_size", 10))
         self.index, self.count, self.multiple = index, count, multiple
         self.batch_size = dataset.batch_size
+        # Without labels the model's own loss weighs its rows (see `PaddedRows`).
+        self.labelled = getattr(dataset, "labels", getattr(dataset, "y", None)) is not None
         self.whole = copy.copy(dataset)
         self.whole.shard, self.whole.batch_multiple = None, 1
         self.global_rows = [self.whole.rows(batch)[1] for batch in range(len(self.whole))]
@@ -131,11 +133,13 @@ class PaddedShare(keras.utils.PyDataset):
         batch = self.reader[index]
         padded = padded_size(self.global_rows[index], self.multiple)
         share = padded * (self.index + 1) // self.count - padded * self.index // self.count
-        x, y = (np.asarray(value) for value in batch)
+        labelled = isinstance(batch, tuple)
+        x, y = (np.asarray(value) for value in batch) if labelled else (np.asarray(batch), None)
         missing = share - len(x)
         weights = np.concatenate([np.ones(len(x), "float32"), np.zeros(missing, "float32")])
         if missing:
             x = np.concatenate([x, np.zeros((missing, *x.shape[1:]), x.dtype)])
+        if missing and labelled:
             # Class indices: -1 matches no prediction; one-hot rows: zeros (see `PaddedRows`).
             fill = -1 if np.issubdtype(y.dtype, np.integer) and y.ndim == 1 else 0
             y = np.concatenate([y, np.full((missing, *y.shape[1:]), fill, y.dtype)])
@@ -155,6 +159,14 @@ class PaddedRows(keras.callbacks.Callback):
     Keras has no hook that sees both the batch and the loss before the
     gradient), and the epoch's logged
     row means by the epoch's `padded rows / real rows` (`real_means`).
+
+    Data without labels is left as Keras has it: the one model trained on
+    it (`MaskedPatchPredictor`) divides its loss by the sample-weighted
+    count of corrupted patches, so the padded rows leave both the sum and
+    the count and a step's loss is already one process's (factor 1). Its
+    logged epoch loss is still Keras' mean of the steps' losses weighed by
+    padded batch rows, which equals one process's only when the padding
+    falls in one batch or none.
     """
 
     def __init__(self, model, train, engine):
@@ -173,7 +185,7 @@ class PaddedRows(keras.callbacks.Callback):
 
         def weighed_train_step(state, data):
             _, _, weights = keras.utils.unpack_x_y_sample_weight(data)
-            if weights is not None:
+            if weights is not None and train.labelled:
                 weights = keras.ops.convert_to_tensor(weights)
                 self.factor = keras.ops.divide(keras.ops.cast(keras.ops.shape(weights)[0], "float32"),
                                                keras.ops.maximum(keras.ops.sum(weights), 1.0))
@@ -204,8 +216,8 @@ def real_means(logs, share):
     they are the means over the real rows. Other metrics (not means over
     rows, or over one-hot labels) are not changed.
     """
-    if not isinstance(share, PaddedShare):
-        return {}
+    if not isinstance(share, PaddedShare) or not share.labelled:
+        return {}  # without labels the model's loss weighs the rows itself (see `PaddedRows`)
     padded, real = share.epoch_rows()
     labels = share.reader.labels if hasattr(share.reader, "labels") else share.reader.y
     one_hot = np.ndim(labels) > 1 or getattr(share.reader, "augment", None) is not None and getattr(
@@ -258,9 +270,8 @@ class JaxProcesses(Engine):
     def shard(self, dataset):
         """This process's rows of every global batch, padded to a multiple of the batch axis (`PaddedShare`)."""
         multiple, count = self.batch_multiple(), self.process_count()
-        labelled = getattr(dataset, "labels", getattr(dataset, "y", None)) is not None
-        if multiple == 1 and count == 1 or not hasattr(dataset, "rows") or not labelled:
-            return super().shard(dataset)  # data without labels: batches cut to the multiple
+        if multiple == 1 and count == 1 or not hasattr(dataset, "rows"):
+            return super().shard(dataset)
         return PaddedShare(dataset, self.process_index(), count, multiple)
 
     def held_out(self, dataset):
