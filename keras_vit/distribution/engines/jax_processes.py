@@ -160,13 +160,14 @@ class PaddedRows(keras.callbacks.Callback):
     gradient), and the epoch's logged
     row means by the epoch's `padded rows / real rows` (`real_means`).
 
-    Data without labels is left as Keras has it: the one model trained on
-    it (`MaskedPatchPredictor`) divides its loss by the sample-weighted
-    count of corrupted patches, so the padded rows leave both the sum and
-    the count and a step's loss is already one process's (factor 1). Its
-    logged epoch loss is still Keras' mean of the steps' losses weighed by
-    padded batch rows, which equals one process's only when the padding
-    falls in one batch or none.
+    Data without labels: the one model trained on it
+    (`MaskedPatchPredictor`) divides its loss by the sample-weighted count
+    of corrupted patches, so the padded rows leave both the sum and the
+    count and a step's loss is already one process's (factor 1). Keras'
+    epoch loss weighs each step's loss by the batch's padded rows where one
+    process weighs it by its real rows: each step's loss is read back from
+    the running means Keras hands the batch callbacks (`StepLosses`) and the
+    epoch's loss (and `val_loss`) weighed by real rows.
     """
 
     def __init__(self, model, train, engine):
@@ -199,13 +200,67 @@ class PaddedRows(keras.callbacks.Callback):
         optimizer.scale_loss = scaled_to_real_rows
         model.train_step = weighed_train_step
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self.steps = StepLosses(self.train)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps.add(batch, logs)
+
+    def on_test_begin(self, logs=None):
+        self.held_out_steps = StepLosses(self.engine.last_held_out)
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.held_out_steps.add(batch, logs)
+
+    steps = held_out_steps = None
+
     def on_epoch_end(self, epoch, logs=None):
         if not logs:
+            return
+        if not self.train.labelled:
+            logs.update(self.steps.real_means())
+            logs.update({f"val_{name}": value for name, value in (
+                self.held_out_steps.real_means() if self.held_out_steps else {}).items()})
             return
         training = {name: value for name, value in logs.items() if not name.startswith("val_")}
         held_out = {name[4:]: value for name, value in logs.items() if name.startswith("val_")}
         logs.update(real_means(training, self.train))
         logs.update({f"val_{name}": value for name, value in real_means(held_out, self.engine.last_held_out).items()})
+
+
+class StepLosses:
+    """Each step's loss of an epoch over a `PaddedShare` of data without labels, read back from Keras' running mean.
+
+    Keras hands the batch callbacks the mean of the steps' losses so far,
+    each weighed by its batch's rows, padding included: after step `k` the
+    running mean times the padded rows so far is the weighed sum, and the
+    difference of two sums over the step's padded rows is the step's loss.
+    `real_means` weighs the steps' losses by their real rows, as one process
+    does. A call that covers several steps (`steps_per_execution`) counts
+    as one step of their rows.
+    """
+
+    def __init__(self, share):
+        self.share = share if isinstance(share, PaddedShare) and not share.labelled else None
+        self.done = self.padded_rows = 0
+        self.padded_sum = self.real_sum = 0.0
+        self.real_rows = 0
+
+    def add(self, batch, logs):
+        if self.share is None or not logs or "loss" not in logs:
+            return
+        rows = self.share.global_rows[self.done:batch + 1]
+        self.done = batch + 1
+        padded = sum(padded_size(count, self.share.multiple) for count in rows)
+        padded_sum = float(logs["loss"]) * (self.padded_rows + padded)
+        step_loss = (padded_sum - self.padded_sum) / padded
+        self.padded_sum, self.padded_rows = padded_sum, self.padded_rows + padded
+        self.real_sum += step_loss * sum(rows)
+        self.real_rows += sum(rows)
+
+    def real_means(self):
+        """`{"loss": ...}`: the steps' losses weighed by real rows (empty when nothing was read)."""
+        return {"loss": self.real_sum / self.real_rows} if self.real_rows else {}
 
 
 def real_means(logs, share):
@@ -288,8 +343,11 @@ class JaxProcesses(Engine):
 
     def evaluate(self, model, dataset):
         share = self.held_out(dataset)
-        scores = model.evaluate(self.fit_input(share), verbose=0, return_dict=True)
+        steps = StepLosses(share)
+        reader = keras.callbacks.LambdaCallback(on_test_batch_end=steps.add)
+        scores = model.evaluate(self.fit_input(share), verbose=0, return_dict=True, callbacks=[reader])
         scores.update(real_means(scores, share))
+        scores.update(steps.real_means())
         return scores
 
     def scope(self):
