@@ -1,5 +1,6 @@
 """The engines' interface on its own: sharding leaves the caller's data whole, the join timeout's setting."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -121,3 +122,26 @@ def test_jax_padding_reads_every_row_once_and_weighs_the_padding_zero():
     # Keras' means over 20 rows whose padded 7 count 0 (a loss sum of 6.5, 10 rows right): over the 13 real rows.
     means = real_means({"loss": 6.5 / 20, "accuracy": 10 / 20, "other": 0.25}, shares[0])
     assert means == pytest.approx({"loss": 0.5, "accuracy": 10 / 13})
+
+
+@pytest.mark.one_backend("numpy batches and the engine's bookkeeping; no model")
+def test_jax_padding_of_images_without_labels_reads_every_row_once_and_weighs_the_padding_zero():
+    # Pre-training images (no labels): 13 rows in batches of 5 over a batch axis of 4 devices in 2 processes
+    # are padded like labelled ones, as `(images, None, weights)` batches (Keras' unpacking of x, y, sample weight).
+    x = np.arange(13)[:, None] * 10 + 1
+    data = ArrayBatches(x, None, batch_size=5, shuffle=False)
+    shares = [PaddedShare(data, index, 2, 4) for index in range(2)]
+    real = []
+    for batch in range(3):
+        parts = [share[batch] for share in shares]
+        assert len({len(part[0]) for part in parts}) == 1  # every process feeds as many rows
+        assert sum(len(part[0]) for part in parts) == [8, 8, 4][batch]
+        for part in parts:
+            images, labels, weights = keras.utils.unpack_x_y_sample_weight(part)
+            assert labels is None
+            assert weights.tolist() == [1.0] * int(weights.sum()) + [0.0] * int(len(weights) - weights.sum())
+            kept = weights == 1
+            assert (images[~kept] == 0).all()
+            real.extend(((images[kept, 0] - 1) // 10).tolist())
+    assert real == list(range(13))  # every row once, in order
+    assert shares[0].epoch_rows() == (20, 13)

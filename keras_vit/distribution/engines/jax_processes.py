@@ -89,9 +89,9 @@ class PaddedShare(keras.utils.PyDataset):
     weights); the real rows have sample weight 1. Each process reads only
     its real rows of the dataset (a copy of it whose `rows` are these).
 
-    Labelled data only (`(x, y)` batches): data without labels (pre-training
-    images) has no place for a sample weight, so `JaxProcesses.shard` cuts
-    its batches to the multiple instead.
+    Data without labels (pre-training images, batches of `x` alone) gives
+    `(x, None, sample weight)` batches, which Keras unpacks as images,
+    no labels and sample weights.
     """
 
     def __init__(self, dataset, index, count, multiple):
@@ -100,6 +100,8 @@ class PaddedShare(keras.utils.PyDataset):
                          max_queue_size=getattr(dataset, "max_queue_size", 10))
         self.index, self.count, self.multiple = index, count, multiple
         self.batch_size = dataset.batch_size
+        # Without labels the model's own loss weighs its rows (see `PaddedRows`).
+        self.labelled = getattr(dataset, "labels", getattr(dataset, "y", None)) is not None
         self.whole = copy.copy(dataset)
         self.whole.shard, self.whole.batch_multiple = None, 1
         self.global_rows = [self.whole.rows(batch)[1] for batch in range(len(self.whole))]
@@ -131,11 +133,13 @@ class PaddedShare(keras.utils.PyDataset):
         batch = self.reader[index]
         padded = padded_size(self.global_rows[index], self.multiple)
         share = padded * (self.index + 1) // self.count - padded * self.index // self.count
-        x, y = (np.asarray(value) for value in batch)
+        labelled = isinstance(batch, tuple)
+        x, y = (np.asarray(value) for value in batch) if labelled else (np.asarray(batch), None)
         missing = share - len(x)
         weights = np.concatenate([np.ones(len(x), "float32"), np.zeros(missing, "float32")])
         if missing:
             x = np.concatenate([x, np.zeros((missing, *x.shape[1:]), x.dtype)])
+        if missing and labelled:
             # Class indices: -1 matches no prediction; one-hot rows: zeros (see `PaddedRows`).
             fill = -1 if np.issubdtype(y.dtype, np.integer) and y.ndim == 1 else 0
             y = np.concatenate([y, np.full((missing, *y.shape[1:]), fill, y.dtype)])
@@ -155,6 +159,15 @@ class PaddedRows(keras.callbacks.Callback):
     Keras has no hook that sees both the batch and the loss before the
     gradient), and the epoch's logged
     row means by the epoch's `padded rows / real rows` (`real_means`).
+
+    Data without labels: the one model trained on it
+    (`MaskedPatchPredictor`) divides its loss by the sample-weighted count
+    of corrupted patches, so the padded rows leave both the sum and the
+    count and a step's loss is already one process's (factor 1). Keras'
+    epoch loss weighs each step's loss by the batch's padded rows where one
+    process weighs it by its real rows: each step's loss is read back from
+    the running means Keras hands the batch callbacks (`StepLosses`) and the
+    epoch's loss (and `val_loss`) weighed by real rows.
     """
 
     def __init__(self, model, train, engine):
@@ -173,7 +186,7 @@ class PaddedRows(keras.callbacks.Callback):
 
         def weighed_train_step(state, data):
             _, _, weights = keras.utils.unpack_x_y_sample_weight(data)
-            if weights is not None:
+            if weights is not None and train.labelled:
                 weights = keras.ops.convert_to_tensor(weights)
                 self.factor = keras.ops.divide(keras.ops.cast(keras.ops.shape(weights)[0], "float32"),
                                                keras.ops.maximum(keras.ops.sum(weights), 1.0))
@@ -187,13 +200,67 @@ class PaddedRows(keras.callbacks.Callback):
         optimizer.scale_loss = scaled_to_real_rows
         model.train_step = weighed_train_step
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self.steps = StepLosses(self.train)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps.add(batch, logs)
+
+    def on_test_begin(self, logs=None):
+        self.held_out_steps = StepLosses(self.engine.last_held_out)
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.held_out_steps.add(batch, logs)
+
+    steps = held_out_steps = None
+
     def on_epoch_end(self, epoch, logs=None):
         if not logs:
+            return
+        if not self.train.labelled:
+            logs.update(self.steps.real_means())
+            logs.update({f"val_{name}": value for name, value in (
+                self.held_out_steps.real_means() if self.held_out_steps else {}).items()})
             return
         training = {name: value for name, value in logs.items() if not name.startswith("val_")}
         held_out = {name[4:]: value for name, value in logs.items() if name.startswith("val_")}
         logs.update(real_means(training, self.train))
         logs.update({f"val_{name}": value for name, value in real_means(held_out, self.engine.last_held_out).items()})
+
+
+class StepLosses:
+    """Each step's loss of an epoch over a `PaddedShare` of data without labels, read back from Keras' running mean.
+
+    Keras hands the batch callbacks the mean of the steps' losses so far,
+    each weighed by its batch's rows, padding included: after step `k` the
+    running mean times the padded rows so far is the weighed sum, and the
+    difference of two sums over the step's padded rows is the step's loss.
+    `real_means` weighs the steps' losses by their real rows, as one process
+    does. A call that covers several steps (`steps_per_execution`) counts
+    as one step of their rows.
+    """
+
+    def __init__(self, share):
+        self.share = share if isinstance(share, PaddedShare) and not share.labelled else None
+        self.done = self.padded_rows = 0
+        self.padded_sum = self.real_sum = 0.0
+        self.real_rows = 0
+
+    def add(self, batch, logs):
+        if self.share is None or not logs or "loss" not in logs:
+            return
+        rows = self.share.global_rows[self.done:batch + 1]
+        self.done = batch + 1
+        padded = sum(padded_size(count, self.share.multiple) for count in rows)
+        padded_sum = float(logs["loss"]) * (self.padded_rows + padded)
+        step_loss = (padded_sum - self.padded_sum) / padded
+        self.padded_sum, self.padded_rows = padded_sum, self.padded_rows + padded
+        self.real_sum += step_loss * sum(rows)
+        self.real_rows += sum(rows)
+
+    def real_means(self):
+        """`{"loss": ...}`: the steps' losses weighed by real rows (empty when nothing was read)."""
+        return {"loss": self.real_sum / self.real_rows} if self.real_rows else {}
 
 
 def real_means(logs, share):
@@ -204,8 +271,8 @@ def real_means(logs, share):
     they are the means over the real rows. Other metrics (not means over
     rows, or over one-hot labels) are not changed.
     """
-    if not isinstance(share, PaddedShare):
-        return {}
+    if not isinstance(share, PaddedShare) or not share.labelled:
+        return {}  # without labels the model's loss weighs the rows itself (see `PaddedRows`)
     padded, real = share.epoch_rows()
     labels = share.reader.labels if hasattr(share.reader, "labels") else share.reader.y
     one_hot = np.ndim(labels) > 1 or getattr(share.reader, "augment", None) is not None and getattr(
@@ -258,9 +325,8 @@ class JaxProcesses(Engine):
     def shard(self, dataset):
         """This process's rows of every global batch, padded to a multiple of the batch axis (`PaddedShare`)."""
         multiple, count = self.batch_multiple(), self.process_count()
-        labelled = getattr(dataset, "labels", getattr(dataset, "y", None)) is not None
-        if multiple == 1 and count == 1 or not hasattr(dataset, "rows") or not labelled:
-            return super().shard(dataset)  # data without labels: batches cut to the multiple
+        if multiple == 1 and count == 1 or not hasattr(dataset, "rows"):
+            return super().shard(dataset)
         return PaddedShare(dataset, self.process_index(), count, multiple)
 
     def held_out(self, dataset):
@@ -277,8 +343,11 @@ class JaxProcesses(Engine):
 
     def evaluate(self, model, dataset):
         share = self.held_out(dataset)
-        scores = model.evaluate(self.fit_input(share), verbose=0, return_dict=True)
+        steps = StepLosses(share)
+        reader = keras.callbacks.LambdaCallback(on_test_batch_end=steps.add)
+        scores = model.evaluate(self.fit_input(share), verbose=0, return_dict=True, callbacks=[reader])
         scores.update(real_means(scores, share))
+        scores.update(steps.real_means())
         return scores
 
     def scope(self):
