@@ -273,6 +273,8 @@ class MaskedPatchPredictor(ViTModel, keras.Model):
             predicted = ops.cast(ops.argmax(y_pred["predictions"], axis=-1), "int32")
             correct = ops.cast(ops.equal(predicted, targets), "float32")
             weights = self._corrupted_weights(y_pred["mode"])
+            if sample_weight is not None:  # rows of weight 0 (a JAX job's padding) count in neither loss nor accuracy
+                weights = weights * ops.cast(ops.reshape(sample_weight, (-1, 1)), "float32")
             if self.target == "mean_color_4x4":
                 correct = ops.mean(correct, axis=-1)  # share of the 16 cells right
             self.accuracy_tracker.update_state(correct, sample_weight=weights)

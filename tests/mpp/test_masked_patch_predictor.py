@@ -169,6 +169,33 @@ def test_loss_and_accuracy_on_corrupted_patches_only(target, patch_size):
         np.testing.assert_allclose(float(ops.convert_to_numpy(logs["accuracy"])), expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("target", ["mean_color", "mean_color_4x4"])
+def test_rows_of_weight_zero_count_in_neither_loss_nor_accuracy(target):
+    # A JAX job pads a global batch with rows of sample weight 0; the numbers must be those of the real rows.
+    patch_size = 4 if target == "mean_color_4x4" else 2
+    predictor = keras_vit.MaskedPatchPredictor(_backbone(patch_size=patch_size), target=target, seed=2)
+    images = _images()
+    targets = reference_targets(images, patch_size, target)
+    rng = np.random.default_rng(5)
+    shape = targets.shape[:2] + ((16,) if target == "mean_color_4x4" else ()) + (predictor.num_classes,)
+    predictions = rng.normal(scale=3.0, size=shape).astype("float32")
+    mode = _random_plan(*targets.shape[:2], rng)
+    real = np.arange(len(images)) < len(images) - 1  # the last row is padding
+    hits = np.eye(predictor.num_classes, dtype="float32")[targets] * 100.0  # each patch predicted exactly right
+    predictions[real, ::3] = hits[real, ::3]  # a third of the real rows' patches right, so the expected share is > 0
+    predictions[~real] = hits[~real]  # the padding all right: counted, it would lift the accuracy
+    y_pred = {"predictions": ops.convert_to_tensor(predictions), "mode": ops.convert_to_tensor(mode)}
+    weight = ops.convert_to_tensor(real.astype("float32"))
+    logs = predictor.compute_metrics(images, None, y_pred, sample_weight=weight)
+    correct = predictions.argmax(axis=-1) == targets
+    if target == "mean_color_4x4":
+        correct = correct.mean(axis=-1)
+    expected = correct[real][mode[real] != KEEP].mean()
+    np.testing.assert_allclose(float(ops.convert_to_numpy(logs["accuracy"])), expected, rtol=1e-6)
+    loss = float(ops.convert_to_numpy(predictor.compute_loss(x=images, y_pred=y_pred, sample_weight=weight)))
+    np.testing.assert_allclose(loss, reference_loss(predictions[real], targets[real], mode[real], target), rtol=1e-5)
+
+
 def test_same_seed_same_corruption_in_the_model():
     images = _images()
     keras.utils.set_random_seed(0)
