@@ -83,15 +83,8 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
         learning_rate: float or `None`. Peak learning rate; `None` takes the
             recipe's.
         weight_decay: float or `None`. `None` takes the recipe's.
-        batch_size: int. Images per step fed to the model.
-        effective_batch_size: int, `None` or `"recipe"`. Images per update:
-            gradients of `ceil(effective / batch_size)` steps are
-            accumulated (Keras' `gradient_accumulation_steps`). `"recipe"`
-            takes the recipe's (512 for `"paper"`).
-        steps_per_epoch: int or `None`. Batches in one epoch. Accumulation
-            never spans more steps than an epoch has: on a folder of 20
-            images, 512 images per update would otherwise mean one update
-            every 16 epochs (Keras' accumulators carry across epochs).
+        batch_size, effective_batch_size, steps_per_epoch: the
+            accumulation's, as `recipe_accumulation` takes them.
 
     Returns:
         `(optimizer, accumulation_steps)`. The optimizer is a

@@ -104,6 +104,14 @@ def _finetune_processes(folder, pretrained, output, count, port, arguments=None,
     arguments = arguments or ["finetune", folder, "--preset", pretrained, "--epochs", "6", "--batch-size", "8",
                               "--recipe", "adamw", "--validation-split", "0.25", "--workers", "1"]
     command = [sys.executable, "-m", "keras_vit", *arguments, "--output", output, "--distribute", "data"]
+    return _start_jax_job(command, count, port, devices)
+
+
+def _start_jax_job(command, count, port, devices):
+    """`command` started as the `count` processes of one JAX job of `devices` devices each (Keras' variables).
+
+    One process (`count=1`) runs without the job's variables.
+    """
     children = []
     for index in range(count):
         env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
@@ -226,15 +234,7 @@ def _pretrain_processes(folder, save, count, devices):
     command = [sys.executable, "-m", "keras_vit", "pretrain", folder, "--image-size", "8", "--channels", "3",
                "--epochs", "2", "--batch-size", "5", "--distribute", "data", "--save", save + ".keras",
                "--run-dir", save + ".run"]
-    port, children = free_port(), []
-    for index in range(count):
-        env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
-               "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-        if count > 1:
-            env.update({"KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}",
-                        "KERAS_DISTRIBUTION_NUM_PROCESSES": str(count), "KERAS_DISTRIBUTION_PROCESS_ID": str(index)})
-        children.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                         env=env, cwd=ROOT))
+    children = _start_jax_job(command, count, free_port(), devices)
     logs = finish(children)
     assert [child.returncode for child in children] == [0] * count, "\n\n".join(log[-3000:] for log in logs)
     line = [line for line in logs[0].splitlines() if line.startswith("Held-out masked patches:")]
