@@ -9,6 +9,7 @@ already has, loads through every door: `load_model`, `from_preset`,
 """
 
 import os
+import sys
 
 import keras
 import numpy as np
@@ -70,6 +71,11 @@ def spy(monkeypatch):
 
     monkeypatch.setattr(presets, "load_model", recording)
     monkeypatch.setattr(load_module, "load_model", recording)
+    # A module that imported the reader by name (`from keras_vit.presets import load_model`) holds it too;
+    # one imported after this point binds the recording one.
+    for name, module in list(sys.modules.items()):
+        if name.startswith("keras_vit.") and getattr(module, "load_model", None) is real:
+            monkeypatch.setattr(module, "load_model", recording)
     return calls
 
 
