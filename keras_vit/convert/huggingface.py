@@ -6,7 +6,6 @@ names into timm's layout (fused qkv, rows in q, k, v order) and back, and
 `model_map` does the rest.
 """
 
-import json
 import os
 import re
 

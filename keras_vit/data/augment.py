@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from keras_vit.utils.image_resize import center_crop, resize_region  # noqa: F401 - center_crop: the eval transform
+from keras_vit.utils.image_resize import resize_region
 
 
 def random_resized_crop(image, size, rng, scale=(0.05, 1.0), ratio=(3 / 4, 4 / 3), attempts=10):

@@ -26,7 +26,6 @@ only the glue that loader lacks:
 """
 
 import logging
-import math
 import os
 
 import keras

@@ -3,7 +3,6 @@
 import math
 
 import keras
-import numpy as np
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 
