@@ -9,8 +9,7 @@ photos/
 `image_folder_datasets("photos", image_size=224)` returns a training and a
 validation `keras.utils.PyDataset`. `PyDataset` is Keras' own loader for
 Python data: `fit`, `evaluate` and `predict` take it on TensorFlow, JAX and
-PyTorch alike, it prefetches batches in worker threads, and it needs neither
-TensorFlow nor grain. Images are decoded with Pillow (the decoder Keras'
+PyTorch alike, and it needs neither TensorFlow nor grain. Images are decoded with Pillow (the decoder Keras'
 own `image_dataset_from_directory(format="grain")` uses); this module adds
 only the glue that loader lacks:
 
@@ -22,11 +21,14 @@ only the glue that loader lacks:
   model's size;
 - batch order and augmentation depend only on `(seed, epoch, batch)`, so a
   run resumed after a kill sees exactly the batches the killed run would
-  have seen.
+  have seen, and step `i` of an epoch trains batch `i`: the images of a
+  batch are decoded in threads of the dataset's own, not in Keras'
+  prefetching workers (see `ImageFolderDataset`).
 """
 
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import keras
 import numpy as np
@@ -348,10 +350,16 @@ class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
             (MixUp / CutMix): labels are then one-hot.
         seed: int. Defaults to `0`.
         class_names: list of str or `None`. Kept as `.class_names`.
-        workers, use_multiprocessing, max_queue_size: see
-            `keras.utils.PyDataset`. `workers` threads decode in parallel
-            (Pillow releases the GIL) and prefetch up to `max_queue_size`
-            batches. Defaults to `2`, `False`, `8`.
+        workers: int. Threads that decode the images of a batch in parallel
+            (Pillow releases the GIL). They are the dataset's own: Keras'
+            prefetching workers (`PyDataset(workers=...)`) keep the batches
+            they prefetched when `fit` reads one batch to build the model
+            and hand them out first in the next epoch, so step `i` trained
+            another batch than batch `i` (and a job of several processes
+            weighted each step by the wrong batch's rows). Defaults to `2`.
+        use_multiprocessing, max_queue_size: accepted as
+            `keras.utils.PyDataset` takes them, and unused: Keras reads
+            this dataset in its own thread, one batch at a time.
         shard: `(index, count)` or `None`. Read only process `index`'s
             share of every batch, for training with `count` processes (one
             per host): `batch_size` is then the global batch, and process
@@ -367,7 +375,12 @@ class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
     def __init__(self, paths, labels, image_size, num_channels=3, batch_size=32, training=False, augment=None,
                  num_classes=None, seed=0, class_names=None, workers=2, use_multiprocessing=False,
                  max_queue_size=8, shard=None):
-        super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
+        # Keras reads batches in order, one at a time (workers=1); `decode_threads` decode each batch's images.
+        super().__init__(workers=1, use_multiprocessing=False, max_queue_size=max_queue_size)
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers <= 0:
+            raise ValueError(f"`workers` must be a positive int. Received: workers={workers!r}")
+        self.decode_threads = workers
+        self._pool = None
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}")
         if not paths:
@@ -409,11 +422,12 @@ class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
         first, stop = self.rows(index)
         chosen = self.order(epoch)[index * self.batch_size + first:index * self.batch_size + stop]
         images = np.empty((len(chosen),) + self.image_size + (self.num_channels,), dtype="float32")
-        for row, file_index in enumerate(chosen):
+
+        def decode(row):
             # One generator per image, keyed by its place in the global batch: the same pixels
-            # whichever process reads it.
+            # whichever process (and whichever thread) reads it.
             rng = np.random.default_rng([self.seed, epoch, index, 1, first + row]) if self.training else None
-            image = read_image(self.paths[file_index], self.num_channels)
+            image = read_image(self.paths[chosen[row]], self.num_channels)
             if self.training and self.augment.crop:
                 image = random_resized_crop(image, self.image_size, rng, scale=self.augment.crop_scale,
                                             ratio=self.augment.crop_ratio)
@@ -422,6 +436,14 @@ class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
             if self.training and self.augment.flip and rng.random() < 0.5:
                 image = image[:, ::-1]
             images[row] = image
+
+        if self.decode_threads > 1 and len(chosen) > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.decode_threads, thread_name_prefix="keras_vit_decode")
+            list(self._pool.map(decode, range(len(chosen))))  # list(): raise a decoding error here
+        else:
+            for row in range(len(chosen)):
+                decode(row)
         if self.labels is None:
             if self.training:
                 images = self.augment.apply_layers(images, None, self.num_classes, [self.seed, epoch, index])[0]
@@ -438,7 +460,7 @@ class EpochSync(keras.callbacks.Callback):
     """Tell `ImageFolderDataset`s (or any object with `set_epoch`) the epoch `fit` starts.
 
     `fit` calls callbacks' `on_epoch_begin` before it starts reading the
-    epoch's batches, so the prefetching workers read the right order.
+    epoch's batches, so every batch of it follows that epoch's order.
     """
 
     def __init__(self, *datasets):

@@ -13,6 +13,7 @@ from PIL import Image
 import keras_vit
 from keras_vit.data import (
     AugmentPolicy,
+    EpochSync,
     ImageFileError,
     checked_class_indices,
     image_folder_datasets,
@@ -204,3 +205,40 @@ print("ok", keras.backend.backend())
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ok " + keras.backend.backend() in done.stdout
+
+
+class _RecordingModel(keras.Model):
+    """A one-weight model whose training steps record the labels of the batch they train on."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(2)
+        self.seen = []
+
+    def call(self, images):
+        return self.dense(keras.ops.mean(images, axis=(1, 2)))
+
+    def train_step(self, data):
+        self.seen.append(keras.ops.convert_to_numpy(data[1]).tolist())
+        return super().train_step(data)
+
+
+@pytest.mark.one_backend("Keras' PyDataset adapter and our decoding threads are the same on every backend")
+@pytest.mark.parametrize("seed", range(3))
+def test_fit_trains_batch_i_of_epoch_e_at_step_i_with_decoding_threads(tmp_path, seed):
+    # Keras' threaded enqueuer (PyDataset workers > 1) keeps the batches it prefetched when `fit` peeks at
+    # the first batch to build the model, and hands them out first in the next epoch: step i trained another
+    # batch than batch i (and a job of several processes weighted each step by batch i's rows).
+    rng = np.random.default_rng(seed)
+    images, batch_size = int(rng.integers(7, 30)), int(rng.integers(2, 9))
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=images, size=(10, 12), seed=seed)
+    train, _ = image_folder_datasets(folder, 8, batch_size=batch_size, validation_split=0, seed=seed, workers=3,
+                                     augment=AugmentPolicy(crop=False, flip=False))
+    model = _RecordingModel()
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", run_eagerly=True)
+    model.fit(train, epochs=2, shuffle=False, verbose=0, callbacks=[EpochSync(train)])
+    expected = []
+    for epoch in range(2):
+        train.set_epoch(epoch)
+        expected += [train[index][1].tolist() for index in range(len(train))]
+    assert model.seen == expected
