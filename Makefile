@@ -10,13 +10,15 @@ BACKENDS := tensorflow jax torch
 # worker, so its module-scoped fixtures (a trained job, a built model) run once. PYTEST_ARGS="-n 0" runs serially.
 XDIST := -n 2 --dist loadscope
 
-.PHONY: help demo test test-tensorflow test-jax test-torch install reference-env bench clean
+.PHONY: help demo test test-tensorflow test-jax test-torch test-differential install reference-env bench clean
 
 # The first target: `make` alone lists the others.
 help:
 	@echo "make demo            train a small ViT on scikit-learn's digits and print held-out accuracy"
 	@echo "make test            the whole test suite once per backend (tensorflow, jax, torch), 2 workers each"
 	@echo "make test-jax        one backend (also test-tensorflow, test-torch); PYTEST_ARGS=... passes options"
+	@echo "make test-differential  N processes against one on every engine, drawn configurations, a table"
+	@echo "                     (DIFFERENTIAL_CASES=60, DIFFERENTIAL_SEED=...; ~1-2 min a configuration on 2 cores)"
 	@echo "make install         create .venv: the package with all three backends and the test tools (~4 GB)"
 	@echo "make bench           speed and memory against timm and Hugging Face (builds .venv-ref, ~6 GB; ~15 min)"
 	@echo "make reference-env   only the side environment with timm (.venv-ref), for fixtures and benchmarks"
@@ -43,6 +45,15 @@ test: $(STAMP)
 # A static pattern rule: make skips implicit rules for .PHONY targets, so `test-%` alone never ran.
 $(addprefix test-,$(BACKENDS)): test-%: $(STAMP)
 	KERAS_BACKEND=$* $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
+
+# The differential check's wide sample: DIFFERENTIAL_CASES configurations drawn from DIFFERENTIAL_SEED (by
+# default a new seed, printed), shared out over torchrun, JAX processes and TensorFlow workers; prints a table
+# of the weight, log.csv and printed-line differences. Replay one with
+# `python -m tests.distribution.differential --seed S --index I --engine E`.
+DIFFERENTIAL_CASES ?= 60
+DIFFERENTIAL_SEED ?=
+test-differential: $(STAMP)
+	$(PY) -m tests.distribution.differential --cases $(DIFFERENTIAL_CASES) $(if $(DIFFERENTIAL_SEED),--seed $(DIFFERENTIAL_SEED))
 
 # Side environment with timm (needs a CUDA build of torch for torchvision): fixtures and benchmarks only.
 $(REF_STAMP): requirements/reference.txt

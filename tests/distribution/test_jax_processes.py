@@ -10,7 +10,6 @@ two-process job must equal the one-process job's within 1e-5, mode by mode.
 Every child is bounded by a timeout and killed by the test, pass or fail.
 """
 
-import csv
 import os
 import subprocess
 import sys
@@ -20,9 +19,7 @@ import numpy as np
 import pytest
 
 from keras_vit.data import ImageFolderDataset
-from tests.distribution.jobs import (
-    ROOT, UNEVEN_CASES, assert_same_numbers, assert_same_preset_weights, finish, free_port, kill_worker_then_chief,
-    uneven_folders)
+from tests.distribution.jobs import ROOT, assert_same_preset_weights, finish, free_port, kill_worker_then_chief
 from tests.finetune.helpers import write_folder
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_processes_worker.py")
@@ -124,32 +121,6 @@ def _start_jax_job(command, count, port, devices):
     return children
 
 
-@pytest.mark.slow  # two jobs of 1 and 2 processes: about 40 s on 2 cores
-@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
-@pytest.mark.parametrize("case", sorted(UNEVEN_CASES))
-def test_uneven_batches_train_print_and_log_what_one_process_does(tmp_path, case):
-    # One process on one device against 2 processes x 2 devices, whose batch axis (4) divides no batch of
-    # the cases (5, 3 and 2 rows; 11 and 1): JAX splits every batch evenly over the axis, so the engine pads
-    # each batch with rows of weight 0. Every training and held-out image must count once, as in one process
-    # (before the padding, batches were cut to a multiple of 4: images left out, numbers not the job's).
-    from tests.finetune.helpers import tiny_backbone_file
-
-    settings = dict(UNEVEN_CASES[case])
-    batch_size = settings.pop("batch_size")
-    train, held_out = uneven_folders(str(tmp_path), **settings)
-    pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
-    arguments = ["finetune", train, "--validation-dir", held_out, "--preset", pretrained, "--epochs", "2",
-                 "--batch-size", str(batch_size), "--recipe", "adamw", "--workers", "1", "--no-crop", "--no-flip"]
-    runs = {}
-    for name, count, devices in (("one", 1, 1), ("two", 2, 2)):
-        children = _finetune_processes(None, None, str(tmp_path / name), count, free_port(), arguments, devices)
-        logs = finish(children)
-        assert [child.returncode for child in children] == [0] * count, "\n\n".join(log[-3000:] for log in logs)
-        runs[name] = (logs[0], str(tmp_path / f"{name}.run" / "log.csv"))
-    assert_same_preset_weights(str(tmp_path / "one"), str(tmp_path / "two"), atol=1e-6)
-    assert_same_numbers(runs["one"], runs["two"])
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
 def test_a_process_that_never_joins_stops_the_job_with_its_name_and_address(tmp_path):
@@ -227,31 +198,3 @@ def test_padded_pretraining_images_train_and_log_what_one_process_does():
     assert job_scores["loss"] == pytest.approx(one_scores["loss"], abs=1e-6)
     for expected, actual in zip(one_weights, job_weights):
         np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-6)
-
-
-def _pretrain_processes(folder, save, count, devices):
-    """`keras-vit pretrain --distribute data` as `count` processes of one JAX job of `count * devices` devices."""
-    command = [sys.executable, "-m", "keras_vit", "pretrain", folder, "--image-size", "8", "--channels", "3",
-               "--epochs", "2", "--batch-size", "5", "--distribute", "data", "--save", save + ".keras",
-               "--run-dir", save + ".run"]
-    children = _start_jax_job(command, count, free_port(), devices)
-    logs = finish(children)
-    assert [child.returncode for child in children] == [0] * count, "\n\n".join(log[-3000:] for log in logs)
-    line = [line for line in logs[0].splitlines() if line.startswith("Held-out masked patches:")]
-    assert line, logs[0][-3000:]
-    with open(save + ".run/log.csv") as file:  # no held-out set during training: val_ columns are NA
-        columns = [[float(row[key]) for key in ("loss", "accuracy")] for row in csv.DictReader(file)]
-    return line[-1].split(" (trained")[0], columns
-
-
-@pytest.mark.slow  # two jobs of 1 and 2 processes: about 80 s on 2 cores
-@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
-def test_uneven_pretraining_batches_print_and_log_the_loss_of_one_process(tmp_path):
-    # 13 unlabeled training images (one held out) in batches of 5, 5 and 3 over a batch axis of 4 (2 processes x
-    # 2 devices): padded to 8, 8 and 4 rows of weight 0 (before, cut to 4, 4 and 0: 5 images left out).
-    train, _ = uneven_folders(str(tmp_path))
-    one_line, one = _pretrain_processes(train, str(tmp_path / "one"), 1, 1)
-    job_line, job = _pretrain_processes(train, str(tmp_path / "two"), 2, 2)
-    print(f"printed: {one_line!r} (one process) {job_line!r} (the job); log.csv loss, accuracy {one} {job}")
-    assert job_line == one_line  # accuracy and loss: the padded rows count in neither
-    np.testing.assert_allclose(job, one, atol=1e-6, rtol=0)

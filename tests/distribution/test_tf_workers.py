@@ -44,8 +44,7 @@ import numpy as np
 import pytest
 
 from tests.distribution.jobs import (
-    ROOT, TIMEOUT, UNEVEN_CASES, assert_same_numbers, assert_same_preset_weights, finish, free_port,
-    kill_worker_then_chief, uneven_folders)
+    ROOT, TIMEOUT, assert_same_preset_weights, finish, free_port, kill_worker_then_chief)
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_workers_worker.py")
 
@@ -95,38 +94,6 @@ def _finetune_workers(folder, pretrained, output, ports, arguments=None, only=No
         children.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                          env=env, cwd=ROOT))
     return children
-
-
-def _numbers_of_one_and_two_workers(tmp_path, batch_size, **folders):
-    """The printed output and log.csv of `keras-vit finetune` alone and as two workers; their weights agree."""
-    from tests.finetune.helpers import tiny_backbone_file
-
-    train, held_out = uneven_folders(str(tmp_path), **folders)
-    pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
-    arguments = ["finetune", train, "--validation-dir", held_out, "--preset", pretrained, "--epochs", "2",
-                 "--batch-size", str(batch_size), "--recipe", "adamw", "--workers", "1", "--no-crop", "--no-flip"]
-    env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    env.pop("TF_CONFIG", None)
-    one = subprocess.Popen([sys.executable, "-m", "keras_vit", *arguments, "--output", str(tmp_path / "one")],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-    (one_log,) = finish([one], TIMEOUT)
-    assert one.returncode == 0, one_log[-3000:]
-    ports = [free_port(), free_port()]
-    children = _finetune_workers(None, None, str(tmp_path / "two"), ports, arguments=arguments)
-    logs = finish(children, TIMEOUT)
-    assert [child.returncode for child in children] == [0, 0], "\n\n".join(log[-3000:] for log in logs)
-    assert_same_preset_weights(str(tmp_path / "one"), str(tmp_path / "two"), atol=1e-6)
-    return (one_log, str(tmp_path / "one.run" / "log.csv")), (logs[0], str(tmp_path / "two.run" / "log.csv"))
-
-
-@pytest.mark.slow  # two jobs of 1 and 2 processes: about 40 s on 2 cores
-@pytest.mark.parametrize("case", sorted(UNEVEN_CASES))
-def test_uneven_batches_train_print_and_log_what_one_process_does(tmp_path, case):
-    # Training batches the workers read unevenly (2 and 3 rows of 5; 0 and 1 of a last batch of 1): each
-    # worker's loss must weigh by its rows, not 1 / workers as Keras' TensorFlow trainer weighs it (before
-    # the engine's fix, 1e-4 from one process after 2 epochs). Held-out batches read unevenly likewise.
-    settings = dict(UNEVEN_CASES[case])
-    assert_same_numbers(*_numbers_of_one_and_two_workers(tmp_path, settings.pop("batch_size"), **settings))
 
 
 @pytest.mark.slow  # three 2-worker jobs: about 60 s on 2 cores
