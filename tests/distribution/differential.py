@@ -18,8 +18,9 @@ held-out line is identical.
 
 MixUp and CutMix mix the rows of each process's part of a batch (an
 engine cannot mix the pairs one process mixes without sending images
-between processes): those configurations are measured and reported, never
-asserted (`Config.comparable`).
+between processes), and `pretrain` on PyTorch and TensorFlow corrupts each
+process's rows with that process's draws: those configurations are
+measured and reported, never asserted (`Config.comparable`).
 
 Replay: `python -m tests.distribution.differential --seed S --index I
 --engine torch` runs configuration `I` of seed `S` again (the table
@@ -49,10 +50,11 @@ LOG_TOLERANCE = 1e-4
 TIMEOUT = 600
 # The CI sample (`tests/distribution/test_differential.py`): engine `e` (its place in ENGINES) runs
 # configurations `4e` to `4e + 3` of this seed, drawn with `wide=False`. The seed was chosen (the cheapest of
-# the first 400 seeds that qualify) so each engine's four reach a last batch smaller than the process count,
-# decoding threads and `pretrain`, and the twelve both recipes, accumulation, augmentation, a held-out folder
-# and a split, LoRA and 3 processes.
-CI_SEED = 168
+# the first 2000 seeds that qualify) so each engine's four reach a last batch smaller than the process count
+# and decoding threads on batches split unevenly, all are comparable on their engine, JAX's include
+# `pretrain`, and the twelve reach both recipes, accumulation, augmentation on and off, a held-out folder and
+# a split, LoRA and 3 processes.
+CI_SEED = 1912
 CI_CASES = 4
 
 
@@ -84,10 +86,15 @@ class Config:
     epochs: int
     run_seed: int
 
-    @property
-    def comparable(self):
-        """Whether one process's numbers are the promise (not with MixUp / CutMix: see the module's docstring)."""
-        return not self.mix
+    def comparable(self, engine):
+        """Whether one process's numbers are the promise on `engine` (see the module's docstring).
+
+        Not with MixUp / CutMix, and not `pretrain` on PyTorch or TensorFlow: there each process draws the
+        patch corruption of its own rows (`PatchCorruption` draws a `(rows, patches)` tensor), so rows past
+        the first process's are corrupted otherwise than one process corrupts them. A JAX job runs one
+        program over the global batch and draws what one process draws.
+        """
+        return not self.mix and (self.command == "finetune" or engine == "jax")
 
     @property
     def images(self):
@@ -332,7 +339,7 @@ class Result:
             return "ERROR"
         if self.passed:
             return "ok"
-        return "FAIL" if self.config.comparable else "differs (mixing: measured)"
+        return "FAIL" if self.config.comparable(self.engine) else "differs (measured, see docstring)"
 
 
 def _command(config, directory, name):
@@ -437,9 +444,9 @@ def main(argv=None):
         if result.error:
             print(f"    error: {result.error.strip().splitlines()[-1][:300]}", flush=True)
     failed = [r for r in results if r.verdict() in ("FAIL", "ERROR")]
-    measured = [r for r in results if not r.config.comparable]
-    print(f"{len(results)} configurations, {len(failed)} failed or errored, {len(measured)} with mixing "
-          f"(measured only); seed {seed}", flush=True)
+    measured = [r for r in results if not r.config.comparable(r.engine)]
+    print(f"{len(results)} configurations, {len(failed)} failed or errored, {len(measured)} measured only "
+          f"(mixing, or pre-training off JAX); seed {seed}", flush=True)
     return 1 if failed else 0
 
 

@@ -403,13 +403,17 @@ class TorchProcesses(Engine):
 
     def evaluate(self, model, dataset):
         share = self.held_out(dataset)
+        order = []
         if len(share) == 0:  # fewer batches than processes never happens here (`held_out`); kept for safety
             model.reset_metrics()
         else:
-            model.evaluate(share, verbose=0)
+            order = list(model.evaluate(share, verbose=0, return_dict=True))
         if self._shared_out(share):
             add_metric_states(model)
-        return {name: float(value) for name, value in model.get_metrics_result().items()}
+        totals = model.get_metrics_result()
+        # In the order Keras' `evaluate` gives them (loss first), as one process prints them.
+        names = [name for name in order if name in totals] + [name for name in totals if name not in order]
+        return {name: float(totals[name]) for name in names}
 
     def restore(self, checkpoint, model):
         """Process 0 reads the backup; `prepare` copies its weights and optimizer state to the others.
