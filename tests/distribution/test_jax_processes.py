@@ -1,12 +1,12 @@
-"""Two real JAX processes on loopback train what one process trains (data and model parallel).
+"""Two real JAX processes on loopback train what one process trains model parallel; a killed worker resumes.
 
 Each run is a job of 4 CPU devices: one process with 4, or two processes
 with 2 each joined by `keras.distribution.initialize` over 127.0.0.1 (a free
-port, gloo collectives). A job's processes train data parallel, then model
-parallel, so each job starts JAX once for both modes. Every process reads
+port, gloo collectives), training model parallel (data parallel jobs are
+the differential check's, `test_differential.py`). Every process reads
 only its share of every batch of an image folder
 (`ImageFolderDataset(shard=...)`). Losses and final weights of the
-two-process job must equal the one-process job's within 1e-5, mode by mode.
+two-process job must equal the one-process job's within 1e-5.
 Every child is bounded by a timeout and killed by the test, pass or fail.
 """
 
@@ -23,7 +23,8 @@ from tests.distribution.jobs import ROOT, assert_same_preset_weights, finish, fr
 from tests.finetune.helpers import write_folder
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_processes_worker.py")
-MODES = ("data", "model")
+# Data parallel through the command line is the differential check's (test_differential.py); model parallel is here.
+MODES = ("model",)
 
 
 def run_job(count, folder, out):
@@ -81,7 +82,7 @@ def jobs(tmp_path_factory):
     return run_job(1, folder, str(directory / "one")), run_job(2, folder, str(directory / "two"))
 
 
-@pytest.mark.slow  # two jobs of 1 and 2 processes, shared by both modes: about a minute on 2 cores
+@pytest.mark.slow  # two jobs of 1 and 2 processes, model parallel
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
 @pytest.mark.parametrize("mode", MODES)
 def test_two_processes_train_what_one_process_trains(mode, jobs):
