@@ -132,10 +132,11 @@ def test_a_bad_variable_is_one_line_naming_it_before_any_wait(variable, monkeypa
     rng = random.Random(f"{SEED} {variable}")
     for _ in range(DRAWS):
         environ = BAD[variable](rng, rng.randint(2, 5))
-        with monkeypatch.context() as patch, pytest.raises(joining.JobError) as raised:
+        with monkeypatch.context() as patch, pytest.raises(ValueError) as raised:
             _join(_engine_of(variable), environ, patch)
         message = str(raised.value)
         assert "\n" not in message and message.startswith(variable), (environ, message)
+        assert isinstance(raised.value, getattr(joining, "JobError", ())), message  # the user's input: exit 2
         assert "docs/scale-out.md" in message or "e.g." in message, message  # the fix, or an example
         # The same check where the command line looks for a launch (with or without --distribute).
         with pytest.raises(joining.JobError, match=variable):

@@ -31,14 +31,15 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.commands.training_options import _NOT_COMPARED, command_fingerprint
-from keras_vit.distribution.engines.joining import disagreement
 from tests.distribution.jobs import ROOT, finish, free_port
 
 SEED = 39
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "differing_flags_worker.py")
 # Values tried, in order, for a flag that takes one: the first the flag accepts and that differs from its default.
 CANDIDATES = ("2", "3", "0.5", "0.25", "ViT-S/16", "1", "7")
+# The flags the processes of a job may set differently: where each reads and writes (hosts may mount the
+# data and outputs at other paths; the data is compared by its listing instead) and its decoding threads.
+NOT_COMPARED = ("data_dir", "validation_dir", "output", "save", "run_dir", "workers")
 BASES = {
     "train": ["train"],
     "pretrain": ["pretrain"],
@@ -96,10 +97,13 @@ def _args(command, argv):
 @pytest.mark.one_backend("the comparison of parsed flags is plain Python")
 @pytest.mark.parametrize("command", sorted(BASES))
 def test_every_flag_that_differs_is_named_and_no_path_is(command):
+    from keras_vit.commands.training_options import command_fingerprint
+    from keras_vit.distribution.engines.joining import disagreement
+
     rng = random.Random(f"{SEED} {command}")
     base = BASES[command]
     changes = flag_changes(command, base)
-    compared = [flag for dest, flag, _ in changes if dest not in _NOT_COMPARED]
+    compared = [flag for dest, flag, _ in changes if dest not in NOT_COMPARED]
     # The generator reaches the flags that change the arithmetic (not a vacuous property).
     assert {"--batch-size", "--epochs", "--seed"} <= set(compared) and len(compared) >= 8, changes
     reference = command_fingerprint(_args(command, base))
@@ -110,7 +114,7 @@ def test_every_flag_that_differs_is_named_and_no_path_is(command):
         fingerprints = [reference] * count
         fingerprints[other] = command_fingerprint(_args(command, [*base, *extra]))
         line = disagreement(fingerprints)
-        if dest in _NOT_COMPARED:  # where a process reads or writes: its contents are compared instead
+        if dest in NOT_COMPARED:  # where a process reads or writes: its contents are compared instead
             assert line is None, (extra, line)
             continue
         assert line is not None and line.startswith(f"process {other} of {count} differs from process 0 in {flag}: "), \
@@ -120,6 +124,7 @@ def test_every_flag_that_differs_is_named_and_no_path_is(command):
 
 @pytest.mark.one_backend("the data's listing and the model's config are compared in plain Python")
 def test_the_data_and_the_model_that_differ_are_named(tmp_path):
+    from keras_vit.distribution.engines.joining import disagreement
     import keras_vit
     from keras_vit.data import ImageFolderDataset
     from keras_vit.workflows.agreement import training_fingerprint
@@ -230,7 +235,7 @@ def test_a_job_whose_processes_differ_in_a_flag_stops_at_the_join_on_every_proce
     base = ["finetune", folder, "--preset", pretrained, "--epochs", "2", "--batch-size", "4", "--recipe", "adamw",
             "--validation-split", "0.25", "--workers", "1", "--output", str(tmp_path / "out"), "--distribute", "data"]
     changes = [change for change in flag_changes("finetune", base)
-               if change[0] not in _NOT_COMPARED + _BEFORE_THE_JOIN]
+               if change[0] not in NOT_COMPARED + _BEFORE_THE_JOIN]
     dest, flag, extra = random.Random(f"{SEED} {backend}").choice(changes)  # one mismatched job per engine
     print(f"process 1 is given {extra}")  # shown by `pytest -rP`
     children = _start_job(backend, base, [[], extra])
