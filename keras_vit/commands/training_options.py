@@ -38,9 +38,17 @@ def run_distributed(args, body):
     workers named by TF_CONFIG), only process 0 prints: the others' standard
     output is discarded (errors still reach standard error).
 
+    A launch of several processes without `--distribute`, or one the
+    backend's engine does not join, is refused first
+    (`engines.check_launch`); once joined, the processes compare their
+    flags (`command_fingerprint`) and stop, every one of them, when they
+    differ (`Engine.agree`).
+
     Raises:
         UsageError: `--model-parallelism` without `--distribute model`, or
             the backend or the launch cannot give that distribution.
+        JobError: a launcher's variables without `--distribute` (or for
+            another backend), or processes whose flags differ.
     """
     model_parallelism = getattr(args, "model_parallelism", None)
     if model_parallelism is not None and getattr(args, "distribute", None) != "model":
@@ -48,20 +56,68 @@ def run_distributed(args, body):
         received = f"--distribute {args.distribute}" if getattr(args, "distribute", None) else "no --distribute"
         raise UsageError("--model-parallelism goes with --distribute model (it splits each weight over that many "
                          f"devices). Received: {received}")
-    if not getattr(args, "distribute", None):
-        return body(None)
     from keras_vit.distribution import distribution_for_backend, engines  # lazy: imports Keras (after parsing)
 
+    # A launcher's variables without --distribute: every process would train alone on the same outputs.
+    engines.check_launch(getattr(args, "distribute", None))
+    if not getattr(args, "distribute", None):
+        return body(None)
     try:
         distribution = distribution_for_backend(args.distribute, model_parallelism=model_parallelism,
                                                 tpu=os.environ.get("TPU_NAME"))
     except (ValueError, RuntimeError) as error:
         raise UsageError(str(error)) from None
+    # At the join, before any work: processes given different flags would compute different steps and
+    # wait for each other at the first collective that differs (the data and the model are compared again
+    # before training, `keras_vit.workflows.resuming.fit_resumable`).
+    engines.current().agree(command_fingerprint(args))
     if not engines.current().is_chief():  # process 0 reports for the job
         sys.stdout = open(os.devnull, "w")
         warnings.filterwarnings("ignore")
     with distribution.scope():
         return body(distribution)
+
+
+# Flags a job's processes may set differently: where each reads and writes (the data is compared by its
+# listing and the model by its config before training: hosts may mount them at other paths), and threads.
+_NOT_COMPARED = ("data_dir", "validation_dir", "output", "save", "run_dir", "workers", "debug")
+# Flags that name a model: a registry name is compared as it is, a local path by the model it holds.
+_MODEL_HANDLES = ("preset", "init_from")
+
+
+def command_fingerprint(args):
+    """What every process of a job must agree on before it starts: the command, its flags, the versions.
+
+    `{"the command": ..., "--batch-size": 4, ..., "keras_vit version": ...}`:
+    every parsed flag by the name the user typed, except those that name
+    where a process reads or writes (`DATA_DIR`, `--validation-dir`,
+    `--output`, `--save`, `--run-dir`: their contents are compared before
+    training, as the data's listing) and `--workers` (decoding threads,
+    which change no number); a `--preset` or `--init-from` that is a local
+    path is compared by the model it holds (its config), not its spelling.
+    """
+    import keras
+
+    from keras_vit import __version__
+    from keras_vit.cli import build_parser
+
+    try:  # the flags as the user typed them (`lora_rank` is `--lora`)
+        names = build_parser(args.command).flag_names
+    except Exception:  # noqa: BLE001 - a namespace not from the command line: its own names
+        names = {}
+    fingerprint = {"the command": getattr(args, "command", None)}
+    for name, value in sorted(vars(args).items()):
+        if name in _NOT_COMPARED or name == "command":
+            continue
+        if name in _MODEL_HANDLES and isinstance(value, str) and os.path.exists(value):
+            value = "a local file or directory (its model's config is compared before training)"
+        if not isinstance(value, (str, int, float, bool, type(None))):
+            value = repr(value)
+        fingerprint[names.get(name, f"--{name.replace('_', '-')}")] = value
+    fingerprint["keras_vit version"] = __version__
+    fingerprint["Keras version"] = keras.__version__
+    fingerprint["the backend"] = keras.backend.backend()
+    return fingerprint
 
 
 def describe_distribution(distribution):

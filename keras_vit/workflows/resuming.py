@@ -20,6 +20,7 @@ from keras_vit.distribution import engines
 from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
 from keras_vit.utils import files
 from keras_vit.utils.files import check_writable_names, claim, mark_directory, quote, read_marker
+from keras_vit.workflows.agreement import training_fingerprint
 
 CHECKPOINT_WEIGHTS = "checkpoint.weights.h5"
 CHECKPOINT_STATE = "state.json"
@@ -222,6 +223,9 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     numbers are those of the whole `validation_data`, and process 0 alone
     prints progress and writes the backup and the log. A rerun after any
     process was killed resumes every process from process 0's backup.
+    Before any of it the processes compare their data, model, settings and
+    versions (`keras_vit.workflows.agreement.training_fingerprint`) and
+    stop, every one, with one line naming a difference (`Engine.agree`).
 
     Args:
         model: a compiled `keras.Model`.
@@ -240,6 +244,9 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
         `(history, initial_epoch)`.
     """
     engine = engines.current()
+    # Before anything else of the job: processes that differ would wait for each other at a step, forever.
+    if engine.process_count() > 1:
+        engine.agree(training_fingerprint(model, data, validation_data, settings))
     chief = engine.is_chief()
     data = engine.shard(data)
     if hasattr(validation_data, "shard"):

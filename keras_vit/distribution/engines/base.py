@@ -5,8 +5,10 @@ workflows (`keras_vit.workflows`) ask the job's engine, never a backend:
 
 - `process_index()`, `process_count()`, `is_chief()`: which process this is
   (process 0, the chief, prints and writes for the job);
-- `barrier()`, `broadcast_json(value)`: wait for every process; process 0's
-  JSON value on every process;
+- `barrier()`, `broadcast_json(value)`, `gather_json(value)`: wait for every
+  process; process 0's JSON value on every process; every process's on each;
+- `agree(fingerprint)`: stop the job, on every process, when its processes
+  would not train one model (a flag, the data or the model differs);
 - `shard(dataset)`: this process's rows of every global batch (a copy; the
   caller's dataset is left as it is);
 - `held_out(dataset)`: what this process evaluates of a held-out set;
@@ -27,6 +29,7 @@ import contextlib
 import copy
 import os
 
+from keras_vit.distribution.engines import joining
 from keras_vit.utils import files
 
 
@@ -53,6 +56,32 @@ class Engine:
     def broadcast_json(self, value):
         """Process 0's `value` (any JSON value) on every process (sent as UTF-8 JSON, never pickled)."""
         return value
+
+    def gather_json(self, value):
+        """Every process's `value` (any JSON value), in process order, on every process (UTF-8 JSON, never pickled)."""
+        return [value]
+
+    def agree(self, fingerprint):
+        """Stop, on every process, when the processes of the job differ in `fingerprint`.
+
+        `fingerprint` is a JSON dict of what changes the arithmetic of
+        training (the flags by name, the data's listing, the model's config,
+        the version). Processes that differ would compute different steps,
+        and the collectives that join their steps would wait for each other
+        forever (a 2-process JAX job with `--batch-size 4` on one process and
+        `8` on the other hung at step 2). Every process gathers every
+        fingerprint, so every process finds the same difference and stops
+        with the same line; none is left waiting for a partner.
+
+        Raises:
+            JobError: the first process that differs from process 0, with
+                the first difference, both values and the fix.
+        """
+        if self.process_count() == 1:
+            return
+        message = joining.disagreement(self.gather_json(fingerprint))
+        if message:
+            raise joining.JobError(message)
 
     # === Data ===
 

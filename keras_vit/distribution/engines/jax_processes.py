@@ -34,30 +34,67 @@ def running():
     return jax.process_count() > 1
 
 
+# How a JAX job is described, said in every error about its variables.
+_FIX = ("every process of a JAX job sets KERAS_DISTRIBUTION_NUM_PROCESSES (the process count), "
+        "KERAS_DISTRIBUTION_PROCESS_ID (its own index, 0 to the count - 1) and KERAS_DISTRIBUTION_JOB_ADDRESSES "
+        "(process 0's host:port first) (docs/scale-out.md).")
+
+
+def job_of_variables(environ=None):
+    """`(index, count, address)` of the JAX job Keras' variables describe, or `None` without one.
+
+    `None` when `KERAS_DISTRIBUTION_NUM_PROCESSES` is unset or empty (one
+    process). Every variable is checked here, before any wait: the count a
+    whole number of at least 1, in a job of several this process's index
+    set and within it, and process 0's `host:port` (the first of
+    `KERAS_DISTRIBUTION_JOB_ADDRESSES`) with a port from 1 to 65535.
+
+    Raises:
+        JobError: the variable that is wrong, its value and the fix.
+    """
+    environ = os.environ if environ is None else environ
+    if not environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "").strip():
+        return None
+    count = joining.integer(environ, "KERAS_DISTRIBUTION_NUM_PROCESSES", _FIX, 1)
+    if count > 1 and not environ.get("KERAS_DISTRIBUTION_PROCESS_ID", "").strip():
+        raise joining.JobError(
+            f"KERAS_DISTRIBUTION_PROCESS_ID is unset: each process of a job of {count} needs its own index, "
+            f"0 to {count - 1}; {_FIX}")
+    index = joining.integer(environ, "KERAS_DISTRIBUTION_PROCESS_ID", _FIX, 0, count - 1) if (
+        environ.get("KERAS_DISTRIBUTION_PROCESS_ID", "").strip()) else 0
+    addresses = environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "")
+    if count > 1 and not addresses.strip():
+        raise joining.JobError(f"KERAS_DISTRIBUTION_JOB_ADDRESSES is unset: a job of {count} processes meets at "
+                               f"process 0's host:port; {_FIX}")
+    address = addresses.split(",")[0].strip()
+    if count > 1:
+        joining.host_and_port(address, "KERAS_DISTRIBUTION_JOB_ADDRESSES", _FIX)
+    return index, count, address
+
+
 def join(join_timeout=None):
     """Join the multi-process JAX job Keras' variables describe; return the process count.
 
     Without `KERAS_DISTRIBUTION_NUM_PROCESSES` nothing happens (one
     process; on a TPU pod slice call `keras.distribution.initialize()`
-    yourself, it reads the TPU's own environment). CPU devices exchange data
-    over gloo. `jax.distributed.initialize` is called as
+    yourself, it reads the TPU's own environment). The variables are
+    checked first (`job_of_variables`), before any wait. CPU devices
+    exchange data over gloo. `jax.distributed.initialize` is called as
     `keras.distribution.initialize()` calls it, with a bound on the wait for
     the other processes (`KERAS_VIT_JOIN_TIMEOUT`, default 60 s); set a
     random seed (the workflows do) for the same initial weights everywhere.
 
     Raises:
+        JobError: a variable is wrong (named, with the fix).
         TimeoutError: a process did not join in time (the error names it and the address).
     """
+    job = job_of_variables()
+    seconds = joining.join_timeout() if join_timeout is None else float(join_timeout)
     import jax
 
-    if not os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES"):
+    if job is None or job[1] == 1 or jax.distributed.is_initialized():
         return jax.process_count()
-    if jax.distributed.is_initialized():
-        return jax.process_count()
-    seconds = joining.join_timeout() if join_timeout is None else float(join_timeout)
-    address = os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "").split(",")[0]
-    count = int(os.environ["KERAS_DISTRIBUTION_NUM_PROCESSES"])
-    index = int(os.environ.get("KERAS_DISTRIBUTION_PROCESS_ID", 0))
+    index, count, address = job
     # Meet first, with a bounded wait that can be caught: JAX's own wait ends the process from C++.
     joining.rendezvous(index, count, address, seconds)
     # CPU devices of different processes reach each other through gloo (the default has no transport).
@@ -313,6 +350,18 @@ class JaxProcesses(Engine):
         buffer = np.zeros(length, np.uint8) if payload is None else payload
         buffer = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
         return json.loads(buffer.tobytes().decode("utf-8"))
+
+    def gather_json(self, value):
+        if self.process_count() == 1:
+            return [value]
+        from jax.experimental import multihost_utils
+
+        payload = np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8)
+        lengths = np.asarray(multihost_utils.process_allgather(np.int32(len(payload)))).reshape(-1)
+        padded = np.zeros(int(lengths.max()), np.uint8)
+        padded[:len(payload)] = payload
+        rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(lengths), -1)
+        return [json.loads(row[:length].tobytes().decode("utf-8")) for row, length in zip(rows, lengths)]
 
     def batch_multiple(self):
         """The devices of the current distribution's batch axis (JAX splits every batch evenly over them)."""

@@ -1,6 +1,19 @@
-"""How long a process waits for the others of its job to start, and what it says when one does not."""
+"""How the processes of a job meet: the variables checked first, the bounded wait, the agreement.
 
+- `integer`, `host_and_port`: each engine's variables (`KERAS_DISTRIBUTION_*`,
+  torchrun's `RANK` ..., `TF_CONFIG`) are read through these before any
+  wait, so a wrong one is one line (`JobError`) naming it and the fix;
+- `join_timeout`, `rendezvous`, `missing_message`: the bounded wait for
+  every process, and what a process says when another did not come;
+- `disagreement`: once joined, the processes compare what changes the
+  arithmetic (`Engine.agree`); a job whose processes differ stops with one
+  line naming the difference instead of waiting forever at a step.
+"""
+
+import json
 import os
+
+from keras_vit.utils.errors import ArgumentError
 
 JOIN_TIMEOUT_VARIABLE = "KERAS_VIT_JOIN_TIMEOUT"
 # Processes on one host start within seconds of each other; several hosts may need longer (set the variable).
@@ -101,3 +114,100 @@ def rendezvous(index, count, address, seconds):
         raise TimeoutError(missing_message(index, count, [0], address, seconds,
                                            "process 0 gave up waiting for the other processes"))
     raise TimeoutError(missing_message(index, count, [0], address, seconds))
+
+
+# === The variables that describe a job, checked before any wait ===
+
+
+class JobError(ArgumentError):
+    """The job cannot start as described: a launcher's variable, or processes that would not train one model.
+
+    A user's input (the command line exits with 2). Raised before any
+    network wait for the variables, and at the join for processes that
+    disagree, on every process of the job.
+    """
+
+    def __init__(self, message):
+        super().__init__(message)
+
+
+def integer(environ, variable, fix, minimum=None, maximum=None):
+    """The integer value of `environ[variable]`, or `JobError` naming the variable, its value and `fix`.
+
+    Leading and trailing spaces are allowed (`int` allows them); a sign,
+    a decimal point or anything else that is not a whole number is not.
+    """
+    text = environ.get(variable)
+    try:
+        value = int(text.strip(), 10) if text is not None and text.strip().lstrip("+-").isdigit() else None
+    except ValueError:
+        value = None
+    if value is None:
+        wanted = "a whole number" if minimum is None else f"a whole number of at least {minimum}"
+        raise JobError(f"{variable} must be {wanted}{f' and at most {maximum}' if maximum is not None else ''}"
+                       f"; {fix} Received: {variable}={text!r}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+        raise JobError(f"{variable} must be {bounds}; {fix} Received: {variable}={text!r}")
+    return value
+
+
+def host_and_port(address, variable, fix, what="process 0's address"):
+    """`(host, port)` of `address` (`host:port`, `[v6 host]:port`), or `JobError` naming `variable` and `fix`."""
+    text = address.strip() if isinstance(address, str) else ""
+    host, _, port = text.rpartition(":")
+    host, port = host.strip("[]"), port.strip()
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise JobError(f"{variable} must give {what} as host:port, with a port from 1 to 65535 (e.g. "
+                       f"10.0.0.1:1234); {fix} Received: {variable}={address!r}")
+    return host, int(port)
+
+
+# === Processes that must train one model: the same command, data and model on each ===
+
+# Every process of a job must run the same command on the same data: a process that differs computes a
+# different step, and the collectives that join the steps then wait for each other forever.
+SAME_COMMAND = "every process of a job must run the same command on the same data"
+
+
+def _flat(value, prefix=()):
+    """`{key path: leaf}` of a JSON value: dicts are opened, everything else is a leaf."""
+    if isinstance(value, dict) and value:
+        flat = {}
+        for key in value:
+            flat.update(_flat(value[key], (*prefix, str(key))))
+        return flat
+    return {prefix: value}
+
+
+def _shown(value, width=60):
+    text = "unset" if value is _ABSENT else json.dumps(value, sort_keys=True)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+_ABSENT = object()
+
+
+def disagreement(fingerprints):
+    """The one line that names how a process's fingerprint differs from process 0's, or `None` if all agree.
+
+    `fingerprints` holds every process's fingerprint (a JSON dict, process
+    order): what changes the arithmetic of training, by name (a flag such as
+    `--batch-size`, the data's listing, the model's config, the version).
+    The first process that differs is named with the first name (in process
+    0's order) whose value differs, both values, and the fix; every process,
+    given the same list, gives the same line.
+    """
+    reference = _flat(fingerprints[0])
+    for index, fingerprint in enumerate(fingerprints[1:], start=1):
+        theirs = _flat(fingerprint)
+        names = list(reference) + [name for name in theirs if name not in reference]
+        for name in names:
+            ours, other = reference.get(name, _ABSENT), theirs.get(name, _ABSENT)
+            if ours != other:
+                what = name[0] + (f" ({'.'.join(name[1:])})" if len(name) > 1 else "")
+                others = sum(_flat(f) != reference for f in fingerprints[index + 1:])
+                more = f" (and {others} more process{'es' if others > 1 else ''})" if others else ""
+                return (f"process {index} of {len(fingerprints)} differs from process 0 in {what}: "
+                        f"{_shown(other)} against {_shown(ours)}{more}; {SAME_COMMAND}.")
+    return None

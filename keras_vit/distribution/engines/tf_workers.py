@@ -34,6 +34,59 @@ from keras_vit.integrations.tf_trainer import local_batch, multi_worker, reducib
 _STRATEGY = None
 
 
+_EXAMPLE = '{"cluster": {"worker": ["host0:port", "host1:port"]}, "task": {"type": "worker", "index": 0}}'
+
+
+def _tf_config(environ=None):
+    """The cluster and task of `TF_CONFIG`, checked whole before any wait; `None` when it is unset or empty.
+
+    The JSON TensorFlow reads: `cluster` maps each task type to a list of
+    `host:port` strings (ports from 1 to 65535; one `chief` at most), and
+    `task` names this process's type (one of the cluster's) and its index
+    in that type's list. A worker list given as one string (which TensorFlow
+    would read as a list of its characters) and an index outside the list
+    are refused here.
+
+    Raises:
+        JobError: what is wrong, the value received and an example.
+    """
+    text = (os.environ if environ is None else environ).get("TF_CONFIG", "")
+    if not text.strip():
+        return None
+
+    def wrong(problem):
+        return joining.JobError(f"TF_CONFIG must be JSON like {_EXAMPLE}, naming every worker's host:port and "
+                                f"this process's task; this one {problem} (docs/scale-out.md). Received: "
+                                f"TF_CONFIG={text!r}")
+
+    try:
+        config = json.loads(text)
+    except ValueError as error:
+        raise wrong(f"is not JSON ({error})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict) or not config["cluster"]:
+        raise wrong('has no "cluster" of task lists')
+    cluster, task = config["cluster"], config.get("task", {})
+    for kind, addresses in cluster.items():
+        if not isinstance(addresses, list) or not addresses:
+            raise wrong(f'lists the {kind!r} tasks as {json.dumps(addresses)}, not as a list of "host:port" strings')
+        for address in addresses:
+            joining.host_and_port(address, "TF_CONFIG", f"e.g. TF_CONFIG='{_EXAMPLE}' (docs/scale-out.md).",
+                                  what=f"each {kind} task's address")
+    if len(cluster.get("chief", [])) > 1:
+        raise wrong("names more than one chief")
+    # An evaluator runs beside the job and may be left out of the cluster (TensorFlow allows it).
+    if not isinstance(task, dict) or task.get("type") not in (*cluster, "evaluator"):
+        raise wrong(f'has no "task" whose "type" is one of the cluster\'s ({", ".join(cluster)})')
+    index = task.get("index", 0)
+    if isinstance(index, str) and index.strip().isdigit():
+        index = int(index)
+    tasks = len(cluster.get(task["type"], [None]))
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < tasks:
+        raise wrong(f'gives the task the index {json.dumps(index)}, not one from 0 to {tasks - 1} (its place '
+                    f'among the {tasks} {task["type"]} tasks)')
+    return cluster, task["type"], index
+
+
 def tf_config_job(environ=None):
     """`(index, count)` of this task in the training cluster `TF_CONFIG` describes, or `None`.
 
@@ -42,20 +95,14 @@ def tf_config_job(environ=None):
     `TF_CONFIG` is unset, or names fewer than two training tasks.
 
     Raises:
-        ValueError: `TF_CONFIG` is not the JSON TensorFlow reads.
+        JobError: `TF_CONFIG` is not the JSON TensorFlow reads (a
+            `ValueError`; checked whole, before any wait).
     """
-    text = (os.environ if environ is None else environ).get("TF_CONFIG", "")
-    if not text.strip():
+    config = _tf_config(environ)
+    if config is None:
         return None
-    try:
-        config = json.loads(text)
-        cluster, task = config.get("cluster", {}), config.get("task", {})
-        chiefs, workers = len(cluster.get("chief", [])), len(cluster.get("worker", []))
-        kind, index = task.get("type"), int(task.get("index", 0))
-    except (ValueError, TypeError, AttributeError) as error:
-        raise ValueError(
-            'TF_CONFIG must be JSON like {"cluster": {"worker": ["host0:port", "host1:port"]}, "task": '
-            f'{{"type": "worker", "index": 0}}}}. Received: TF_CONFIG={text!r} ({error})') from None
+    cluster, kind, index = config
+    chiefs, workers = len(cluster.get("chief", [])), len(cluster.get("worker", []))
     if chiefs + workers < 2 or kind not in ("chief", "worker"):
         return None
     return (index if kind == "chief" else chiefs + index), chiefs + workers
@@ -179,6 +226,21 @@ def broadcast_json(value, is_chief):
     length = int(_all_reduce_sum(np.int64(0 if payload is None else len(payload))))
     buffer = _all_reduce_sum(np.zeros(length, np.int32) if payload is None else payload)
     return json.loads(buffer.astype(np.uint8).tobytes().decode("utf-8"))
+
+
+def gather_json(value, index, count):
+    """Every worker's `value` (any JSON value), in worker order, on every worker (UTF-8 JSON bytes, never pickled)."""
+    import numpy as np
+
+    payload = np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8).astype(np.int32)
+    own = np.zeros(count, np.int64)
+    own[index] = len(payload)
+    lengths = _all_reduce_sum(own)
+    rows = np.zeros((count, int(lengths.max())), np.int32)  # each worker fills its row, the sum holds them all
+    rows[index, :len(payload)] = payload
+    rows = _all_reduce_sum(rows)
+    return [json.loads(row[:int(length)].astype(np.uint8).tobytes().decode("utf-8"))
+            for row, length in zip(rows, lengths)]
 
 
 def worker_batches(data, current=None):
@@ -348,6 +410,10 @@ class TensorFlowWorkers(Engine):
 
     def broadcast_json(self, value):
         return value if self.process_count() == 1 else broadcast_json(value, self.is_chief())
+
+    def gather_json(self, value):
+        index, count = self._job()
+        return [value] if count == 1 else gather_json(value, index, count)
 
     def fit_input(self, dataset):
         # A sharded dataset handed to `fit` as it is would be split by the strategy once more.

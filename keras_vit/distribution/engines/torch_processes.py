@@ -38,6 +38,38 @@ def launched_by_torchrun():
     return all(name in os.environ for name in TORCHRUN_VARIABLES)
 
 
+# How a PyTorch job is described, said in every error about its variables.
+_FIX = ("torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each process: start the job with "
+        "`torchrun --nproc_per_node=N -m keras_vit COMMAND ... --distribute data`, or set them as torchrun does "
+        "(docs/scale-out.md).")
+
+
+def job_of_variables(environ=None):
+    """`(rank, count, host, port)` of the PyTorch job torchrun's variables describe, checked before any wait.
+
+    `RANK` and `WORLD_SIZE` whole numbers with `0 <= RANK < WORLD_SIZE`,
+    `MASTER_ADDR` set, `MASTER_PORT` from 1 to 65535, `LOCAL_RANK` (when
+    set) a whole number: torch's own errors for these come late, or as an
+    unreadable signature of `TCPStore`.
+
+    Raises:
+        JobError: the variable that is wrong (or missing), its value and the fix.
+    """
+    environ = os.environ if environ is None else environ
+    missing = [name for name in TORCHRUN_VARIABLES if not environ.get(name, "").strip()]
+    if missing:
+        raise joining.JobError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} unset; {_FIX}")
+    count = joining.integer(environ, "WORLD_SIZE", _FIX, 1)
+    rank = joining.integer(environ, "RANK", _FIX, 0)
+    if rank >= count:
+        raise joining.JobError(f"RANK must be below WORLD_SIZE (the ranks of a job of {count} are 0 to {count - 1}); "
+                               f"{_FIX} Received: RANK={environ['RANK']!r}, WORLD_SIZE={environ['WORLD_SIZE']!r}")
+    if environ.get("LOCAL_RANK", "").strip():
+        joining.integer(environ, "LOCAL_RANK", _FIX, 0)
+    port = joining.integer(environ, "MASTER_PORT", _FIX, 1, 65535)
+    return rank, count, environ["MASTER_ADDR"].strip(), port
+
+
 def _group():
     """`torch.distributed` when a process group of several processes is running, else `None`."""
     import torch.distributed as dist
@@ -67,6 +99,7 @@ def join(join_timeout=None):
 
     Raises:
         RuntimeError: not under `torchrun`.
+        JobError: one of torchrun's variables is wrong (named, with the fix).
         TimeoutError: a process did not join in time (the error names it and the address).
     """
     import torch
@@ -80,9 +113,9 @@ def join(join_timeout=None):
             "Data parallelism on PyTorch runs one process per device, started by torchrun: "
             "`torchrun --nproc_per_node=N -m keras_vit COMMAND ... --distribute data` (add --nnodes, "
             f"--node_rank and --master_addr for several machines). Missing: {', '.join(missing)}.")
+    rank, count, host, port = job_of_variables()  # every variable checked before any wait
     seconds = joining.join_timeout() if join_timeout is None else float(join_timeout)
-    rank, count = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    address = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    address = f"{host}:{port}"
     store = _join_store(rank, count, address, seconds)
     backend = "gloo"
     if torch.cuda.is_available():
@@ -356,6 +389,27 @@ class TorchProcesses(Engine):
             buffer.copy_(torch.from_numpy(payload.copy()))
         group.broadcast(buffer, src=0)
         return json.loads(buffer.numpy().tobytes().decode("utf-8"))
+
+    def gather_json(self, value):
+        import json
+
+        import numpy as np
+        import torch
+
+        group = _group()
+        if group is None:
+            return [value]
+        payload = np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8).astype(np.int32)
+        count = group.get_world_size()
+        lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(count)]
+        group.all_gather(lengths, torch.tensor([len(payload)], dtype=torch.int64))
+        longest = max(int(length.item()) for length in lengths)
+        padded = torch.zeros(longest, dtype=torch.int32)
+        padded[:len(payload)] = torch.from_numpy(payload)
+        rows = [torch.zeros(longest, dtype=torch.int32) for _ in range(count)]
+        group.all_gather(rows, padded)
+        return [json.loads(row[:int(length.item())].numpy().astype(np.uint8).tobytes().decode("utf-8"))
+                for row, length in zip(rows, lengths)]
 
     def shard(self, dataset):
         """This process's rows of every global batch of `dataset` (a new dataset; `dataset` is not changed)."""

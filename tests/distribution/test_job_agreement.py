@@ -1,0 +1,280 @@
+"""A job whose processes would not train one model does not start: every process stops, naming the difference.
+
+The property: the processes of a job that differ in any one thing that
+changes the arithmetic (a training flag, the data's files, the model's
+config) stop at the join with one line naming it and both values, on every
+process. Checked three ways:
+
+- over every flag of `train`, `pretrain` and `finetune`, generated from the
+  commands' own parsers (a new flag is covered without a word here): two to
+  four processes, one of them (drawn) given another value; the flags that
+  name where a process reads or writes, and `--workers`, must not count;
+- over the data and the model a workflow compares before training (a file
+  resized, removed or relabelled; another model config), drawn the same way;
+- with real jobs of two processes, one per engine in its own pass (JAX's
+  processes, torchrun, TensorFlow workers): process 1 gets another value of
+  one flag drawn from the same generator, and both processes exit with 2
+  and the line, within the test's bound (before, a JAX job with
+  `--batch-size 4` and `8` hung at step 2 forever).
+"""
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from tests.distribution.jobs import ROOT, finish, free_port
+
+SEED = 39
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "differing_flags_worker.py")
+# Values tried, in order, for a flag that takes one: the first the flag accepts and that differs from its default.
+CANDIDATES = ("2", "3", "0.5", "0.25", "ViT-S/16", "1", "7")
+# The flags the processes of a job may set differently: where each reads and writes (hosts may mount the
+# data and outputs at other paths; the data is compared by its listing instead) and its decoding threads.
+NOT_COMPARED = ("data_dir", "validation_dir", "output", "save", "run_dir", "workers")
+BASES = {
+    "train": ["train"],
+    "pretrain": ["pretrain"],
+    "finetune": ["finetune", "photos", "--variant", "ViT-Ti/16"],
+}
+
+
+def _parse(parser, argv):
+    """`parser.parse_args(argv)`, or `None` when the parser refuses it (quietly)."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            return parser.parse_args(argv)
+        except SystemExit:
+            return None
+
+
+def flag_changes(command, base):
+    """`[(dest, flag, extra arguments)]`: for every option of `command`, arguments that give it another value.
+
+    Generated from the command's parser: a switch is given, a choice takes
+    another choice, any other option the first of `CANDIDATES` it accepts
+    that parses to a value other than the one `base` gives.
+    """
+    from keras_vit.cli import build_parser
+
+    parser = build_parser(command)
+    subparser = next(action for action in parser._actions
+                     if isinstance(action, argparse._SubParsersAction)).choices[command]
+    reference = vars(_parse(parser, base))
+    changes = []
+    for action in subparser._actions:
+        if not action.option_strings or action.dest in ("help", "debug"):
+            continue
+        flag = max(action.option_strings, key=len)
+        if action.nargs == 0:
+            tries = [[flag]]
+        elif action.choices:
+            tries = [[flag, str(choice)] for choice in action.choices]
+        else:
+            tries = [[flag, value] for value in CANDIDATES]
+        for extra in tries:
+            parsed = _parse(parser, [*base, *extra])
+            if parsed is not None and getattr(parsed, action.dest) != reference[action.dest]:
+                changes.append((action.dest, flag, extra))
+                break
+    return changes
+
+
+def _args(command, argv):
+    from keras_vit.cli import build_parser
+
+    return _parse(build_parser(command), argv)
+
+
+@pytest.mark.one_backend("the comparison of parsed flags is plain Python")
+@pytest.mark.parametrize("command", sorted(BASES))
+def test_every_flag_that_differs_is_named_and_no_path_is(command):
+    from keras_vit.commands.training_options import command_fingerprint
+    from keras_vit.distribution.engines.joining import disagreement
+
+    rng = random.Random(f"{SEED} {command}")
+    base = BASES[command]
+    changes = flag_changes(command, base)
+    compared = [flag for dest, flag, _ in changes if dest not in NOT_COMPARED]
+    # The generator reaches the flags that change the arithmetic (not a vacuous property).
+    assert {"--batch-size", "--epochs", "--seed"} <= set(compared) and len(compared) >= 8, changes
+    reference = command_fingerprint(_args(command, base))
+    assert disagreement([reference, command_fingerprint(_args(command, base))]) is None
+    for dest, flag, extra in changes:
+        count = rng.randint(2, 4)
+        other = rng.randrange(1, count)  # the process that was given the flag
+        fingerprints = [reference] * count
+        fingerprints[other] = command_fingerprint(_args(command, [*base, *extra]))
+        line = disagreement(fingerprints)
+        if dest in NOT_COMPARED:  # where a process reads or writes: its contents are compared instead
+            assert line is None, (extra, line)
+            continue
+        assert line is not None and line.startswith(f"process {other} of {count} differs from process 0 in {flag}: "), \
+            (extra, line)
+        assert "\n" not in line and line.endswith("every process of a job must run the same command on the same data.")
+
+
+@pytest.mark.one_backend("the data's listing and the model's config are compared in plain Python")
+def test_the_data_and_the_model_that_differ_are_named(tmp_path):
+    from keras_vit.distribution.engines.joining import disagreement
+    import keras_vit
+    from keras_vit.data import ImageFolderDataset
+    from keras_vit.workflows.agreement import training_fingerprint
+    from tests.finetune.helpers import write_folder
+
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=3, size=(8, 8))
+    paths = sorted(os.path.join(folder, c, n) for c in sorted(os.listdir(folder))
+                   for n in sorted(os.listdir(os.path.join(folder, c))))
+    labels = [0 if "class_0" in path else 1 for path in paths]
+
+    def model(classes):
+        keras.utils.set_random_seed(0)
+        return keras_vit.ViTClassifier(backbone=keras_vit.ViTBackbone(
+            image_size=8, patch_size=4, num_channels=3, hidden_dim=8, num_layers=1, num_heads=2, mlp_dim=8),
+            num_classes=classes)
+
+    def fingerprint(paths=paths, labels=labels, classes=2, settings=None):
+        return training_fingerprint(model(classes), ImageFolderDataset(paths, labels, 8, batch_size=4), None,
+                                    settings or {"data_dir": folder, "epochs": 1})
+
+    reference = fingerprint()
+    # Another host mounts the same files elsewhere: the same job.
+    moved = str(tmp_path / "elsewhere")
+    os.rename(folder, moved)
+    assert disagreement([reference, fingerprint([p.replace(folder, moved) for p in paths],
+                                                settings={"data_dir": moved, "epochs": 1})]) is None
+    os.rename(moved, folder)
+    rng = random.Random(SEED)
+    for _ in range(4):
+        victim = rng.randrange(len(paths))
+        kind = rng.choice(["resized", "removed", "relabelled"])
+        if kind == "resized":
+            size = os.path.getsize(paths[victim])
+            with open(paths[victim], "ab") as file:
+                file.write(b"\0" * rng.randint(1, 9))
+            other = fingerprint()
+            os.truncate(paths[victim], size)  # as it was, for the next draw
+        elif kind == "removed":
+            other = fingerprint(paths[:victim] + paths[victim + 1:], labels[:victim] + labels[victim + 1:])
+        else:
+            other = fingerprint(labels=labels[:victim] + [1 - labels[victim]] + labels[victim + 1:])
+        line = disagreement([reference, other])
+        assert line is not None and line.startswith("process 1 of 2 differs from process 0 in the training data ("), \
+            (kind, line)
+    line = disagreement([reference, fingerprint(classes=3)])
+    assert line.startswith("process 1 of 2 differs from process 0 in the model (config."), line
+    line = disagreement([reference, fingerprint(settings={"data_dir": folder, "epochs": 2})])
+    assert line.startswith("process 1 of 2 differs from process 0 in the run's settings (epochs): 2 against 1"), line
+
+
+
+# Checked before the join, on each process alone: a job whose processes differ there stops without joining.
+_BEFORE_THE_JOIN = ("distribute", "model_parallelism")
+# A real job's bound: it must stop at the join, within seconds; the bound only keeps a hang from lasting.
+JOB_TIMEOUT = 150
+
+
+def _environment(backend):
+    env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
+           "OMP_NUM_THREADS": "1", "KERAS_VIT_JOIN_TIMEOUT": "60"}
+    for name in ("XLA_FLAGS", "TF_CONFIG", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID", "KERAS_DISTRIBUTION_JOB_ADDRESSES"):
+        env.pop(name, None)
+    return env
+
+
+def _start_job(backend, arguments, extra):
+    """Two processes of `keras-vit ARGUMENTS`, process `i` with `extra[i]` added, as `backend`'s engine starts them."""
+    command = [sys.executable, WORKER, json.dumps(extra), *arguments]
+    env = _environment(backend)
+    options = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
+    if backend == "torch":  # torchrun starts both (the worker picks its flags by RANK)
+        return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                                  "--master_addr=127.0.0.1", f"--master_port={free_port()}", *command[1:]],
+                                 env=env, **options)]
+    if backend == "jax":
+        port = free_port()
+        return [subprocess.Popen(command, env={**env, "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+                                               "KERAS_DISTRIBUTION_PROCESS_ID": str(index),
+                                               "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}"}, **options)
+                for index in range(2)]
+    workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    return [subprocess.Popen(command, env={**env, "TF_CONFIG": json.dumps(
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})}, **options)
+        for index in range(2)]
+
+
+def _stop(children):
+    """Wait for every child (bounded), then kill each one's whole session, pass or fail; return their outputs."""
+    import signal
+
+    try:
+        return finish(children, timeout=JOB_TIMEOUT)
+    finally:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(keras.backend.backend() not in ("jax", "torch", "tensorflow"), reason="an engine of several processes")
+def test_a_job_whose_processes_differ_in_a_flag_stops_at_the_join_on_every_process(tmp_path):
+    from tests.finetune.helpers import tiny_backbone_file, write_folder
+
+    backend = keras.backend.backend()
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
+    pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
+    base = ["finetune", folder, "--preset", pretrained, "--epochs", "2", "--batch-size", "4", "--recipe", "adamw",
+            "--validation-split", "0.25", "--workers", "1", "--output", str(tmp_path / "out"), "--distribute", "data"]
+    changes = [change for change in flag_changes("finetune", base)
+               if change[0] not in NOT_COMPARED + _BEFORE_THE_JOIN]
+    dest, flag, extra = random.Random(f"{SEED} {backend}").choice(changes)  # one mismatched job per engine
+    print(f"process 1 is given {extra}")  # shown by `pytest -rP`
+    children = _start_job(backend, base, [[], extra])
+    logs = _stop(children)
+    log = "\n".join(logs)
+    expected = f"keras-vit finetune: error: process 1 of 2 differs from process 0 in {flag}: "
+    assert all(child.returncode != 0 for child in children), log[-4000:]
+    assert "Epoch 1/" not in log, log[-4000:]
+    if backend == "torch":
+        # torchrun ends the other workers as soon as one fails, and its workers share one pipe: the line
+        # of the first to stop is there whole (both learn the difference at the same gather, `Engine.agree`;
+        # the other engines' runs show both); torchrun says the worker's own exit status.
+        assert log.count(expected) >= 1 and "exitcode  : 2 " in log, log[-4000:]
+        return
+    lines = [line for line in log.splitlines() if line.startswith(expected)]
+    assert len(lines) == 2 and lines[0] == lines[1], log[-4000:]  # both processes, the same line
+    assert lines[0].endswith("every process of a job must run the same command on the same data."), lines[0]
+    assert [child.returncode for child in children] == [2, 2], log[-4000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torchrun: the torch pass")
+def test_torchrun_without_distribute_refuses_before_any_work(tmp_path):
+    # Both ranks used to train alone on the same output; the second died at the first's log.csv. Now each
+    # refuses at the start, with the flag to add, and nothing is written. (The other launchers' variables
+    # are checked without a launch: tests/distribution/test_engine_variables.py.)
+    from tests.finetune.helpers import tiny_backbone_file, write_folder
+
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
+    pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
+    output = str(tmp_path / "out")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+         f"--master_port={free_port()}", "-m", "keras_vit", "finetune", folder, "--preset", pretrained,
+         "--epochs", "1", "--batch-size", "4", "--workers", "1", "--output", output],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True,
+        env=_environment("torch"))
+    (log,) = _stop([child])
+    assert child.returncode != 0 and "exitcode  : 2 " in log, log[-4000:]
+    assert "error: This process is one of 2 that a launcher started (torchrun's RANK=" in log, log[-4000:]
+    assert "Add --distribute data" in log and "Epoch 1/" not in log and "already holds" not in log, log[-4000:]
+    assert not os.path.exists(output) and not os.path.exists(output + ".run")
