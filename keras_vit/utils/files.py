@@ -19,8 +19,9 @@ and the claim refuses, before any work, what would lose a user's file:
 `"checkpoint"`, ...) and each entry keras_vit wrote with the SHA-256 of what
 it wrote. An entry is ours only while its content is what we wrote: a file
 the user edited (a model card) or added is theirs, and is never replaced or
-deleted. (Markers written before content hashes, a list of names, still own
-those names.)
+deleted. A file keras_vit cannot prove it wrote (no digest, as in markers
+written before content hashes, or another digest) is the user's, whatever an
+old marker says.
 
 **A directory is replaced in one step.** It is built under a staging name
 beside it and exchanged with the old one by Linux's
@@ -62,6 +63,7 @@ import secrets
 import shlex
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import warnings
@@ -109,6 +111,20 @@ def _abandoned(name, base):
     """True if `name` is a private name of ours for `base` whose process, on this host, has ended."""
     match = _PRIVATE.match(name)
     if match is None or match["base"] != base or match["host"] != _host_tag():
+        return False
+    pid = int(match["pid"])
+    return pid != os.getpid() and not _process_alive(pid)
+
+
+def _abandoned_private(name):
+    """True if `name` is any private name of ours (staging, retired, temporary) whose process, here, has ended.
+
+    Such an entry is keras_vit's, never the user's, wherever it is found
+    (inside a directory a killed save was writing): it is removed, never
+    kept or carried as a user's file.
+    """
+    match = _PRIVATE.match(name)
+    if match is None or match["host"] != _host_tag():
         return False
     pid = int(match["pid"])
     return pid != os.getpid() and not _process_alive(pid)
@@ -180,7 +196,8 @@ def read_marker(directory):
     """`(kind, entries)` of the marker in `directory` (entries: `{name: digest}`), or `(None, {})`.
 
     A marker written before content hashes lists names only: each gets the
-    digest `None` (owned by name).
+    digest `None`, and is not ours (keras_vit cannot prove it wrote what is
+    there now: a model card the user edited since).
     """
     try:
         with open(os.path.join(directory, MARKER), encoding="utf-8") as file:
@@ -203,8 +220,8 @@ def _owns(directory, name, entries):
         return False
     path = os.path.join(directory, name)
     recorded = entries[name]
-    if recorded is None:  # an old marker: by name
-        return True
+    if recorded is None:  # an old marker's name without a digest: nothing proves the content is ours
+        return False
     if recorded == MARKED_DIRECTORY:
         return os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None
     try:
@@ -219,7 +236,7 @@ def foreign_entries(directory, kind):
     An entry we wrote whose content changed since (an edited model card) is
     the user's, and is listed.
     """
-    names = set(os.listdir(directory)) - {MARKER}
+    names = {name for name in os.listdir(directory) if name != MARKER and not _abandoned_private(name)}
     marked_kind, entries = read_marker(directory)
     if marked_kind != kind:
         return sorted(names)
@@ -296,20 +313,46 @@ def output_format(path):
 
 
 def path_relation(path, other):
-    """How `path` stands to `other` once links and `..` are resolved.
+    """How `path` stands to `other`, by the identity of each file and directory on their paths.
+
+    Two names of one file or directory (a symbolic link, `..`, a hard link,
+    a bind mount) are the same: `realpath` cannot see a bind mount, but the
+    device and inode numbers (`st_dev`, `st_ino`) of the directory are the
+    same under either name. Parts of a path that do not exist yet are
+    compared by their resolved spelling.
 
     Returns:
         `"is"`, `"contains"`, `"lies inside"`, or `None` when neither holds
         any part of the other.
     """
-    mine, theirs = os.path.realpath(os.fspath(path)), os.path.realpath(os.fspath(other))
-    if mine == theirs:
+    mine, theirs = _identity_chain(path), _identity_chain(other)
+    if mine[0] == theirs[0]:
         return "is"
-    if theirs.startswith(mine.rstrip(os.sep) + os.sep):
+    if mine[0] in theirs[1:]:
         return "contains"
-    if mine.startswith(theirs.rstrip(os.sep) + os.sep):
+    if theirs[0] in mine[1:]:
         return "lies inside"
     return None
+
+
+def _identity_chain(path):
+    """The identities of `path` and of every directory above it, nearest first.
+
+    An existing entry is its `(st_dev, st_ino)`; a missing one, its resolved
+    absolute spelling.
+    """
+    current = os.path.realpath(os.fspath(path))
+    chain = []
+    while True:
+        try:
+            status = os.stat(current)
+            chain.append((status.st_dev, status.st_ino))
+        except OSError:
+            chain.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            return chain
+        current = parent
 
 
 def check_replaceable(path, kind, argument=None, names=()):
@@ -360,6 +403,8 @@ def check_writable_names(directory, names, kind, argument=None):
         return
     if not os.path.isdir(directory):
         raise ArgumentError(f"{{name}} {quote(directory)} exists and is not a directory; give a directory.", argument)
+    for name in names:
+        check_regular(os.path.join(directory, name), argument)
     marked_kind, entries = read_marker(directory)
     taken = sorted(name for name in names if os.path.lexists(os.path.join(directory, name))
                    and not (marked_kind == kind and _owns(directory, name, entries)))
@@ -367,6 +412,32 @@ def check_writable_names(directory, names, kind, argument=None):
         raise ArgumentError(
             f"{{name}} {quote(directory)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
             "overwrite them. Choose another directory, or move those files away.", argument)
+
+
+_NODE_TYPES = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device"}
+
+
+def check_regular(path, argument=None):
+    """Refuse, by name, an existing `path` that is neither a regular file nor a directory (nor a link to one).
+
+    keras_vit replaces only regular files and directories: writing over a
+    device such as `/dev/null`, a FIFO or a socket would replace something
+    the system or another program uses.
+
+    Raises:
+        ArgumentError: naming the path, what it is and the fix.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # missing, or a dangling link (replaced by the file, never followed)
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    what = _NODE_TYPES.get(stat.S_IFMT(mode), "a special file")
+    label = "{name} " if argument else ""
+    raise ArgumentError(f"{label}{quote(path)} is {what}, not a regular file; keras_vit writes only over a regular "
+                        "file or a directory it wrote. Choose another path.", argument)
 
 
 def check_writable(path, argument=None):
@@ -380,6 +451,7 @@ def check_writable(path, argument=None):
     label = "{name} " if argument else ""
     if os.path.isdir(path):
         raise ArgumentError(f"{label}{quote(path)} is a directory; give a file name to write to.", argument)
+    check_regular(path, argument)
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ArgumentError(f"Cannot write {label}{quote(path)}: the directory {quote(parent)} does not exist. "
@@ -444,6 +516,13 @@ class Destination:
         self.reserved = tuple(reserved)
         if not in_place and inputs:
             check_not_nested(self.given, inputs, argument)
+        for target in [self.path] if self.names is None else [os.path.join(self.path, name) for name in self.names]:
+            check_name_length(target, argument, shown=self.given if target == self.path else None)
+        if self.names is None and os.path.lexists(self.path) and os.path.ismount(self.path):
+            raise ArgumentError(
+                f"{{name}} {quote(self.given)} is a mount point; keras_vit replaces an output by renaming a new one "
+                "into its place, which a mount point does not allow. Write into it, not over it: give a path "
+                f"inside it, such as {quote(os.path.join(self.given, 'model'))}.", argument)
         if kind in FILE_KINDS:
             if os.path.lexists(self.path) and os.path.isdir(self.path):
                 raise ArgumentError(f"{{name}} {quote(self.given)} is a directory; give a file name to write to.",
@@ -550,6 +629,38 @@ class Destination:
             yield staging
 
 
+# The longest private name the writer makes beside a file `NAME`, minus `NAME` itself: a dot, the tag
+# `.keras_vit-HOST-PID-RANDOM` (a process id of at most 7 digits), a role and a suffix (`.tmp.weights.h5`).
+_PRIVATE_OVERHEAD = len(".") + len(".keras_vit-") + 8 + 1 + 7 + 1 + 8 + max(len(".incoming"), len(".tmp.weights.h5"))
+
+
+def check_name_length(path, argument=None, shown=None):
+    """Refuse, before any work, a name too long for the private name the writer first writes it under.
+
+    The file system allows names of `NAME_MAX` bytes (usually 255); the
+    writer builds each output under a longer private name beside it, so the
+    output's own name must leave room for it.
+
+    Raises:
+        ArgumentError: naming the user's path, its length and the limit.
+    """
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent != os.path.dirname(parent) and not os.path.isdir(parent):
+        parent = os.path.dirname(parent)
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    name = os.path.basename(os.path.abspath(path))
+    length, limit = len(os.fsencode(name)), name_max - _PRIVATE_OVERHEAD
+    if length > limit:
+        label = "{name} " if argument else ""
+        raise ArgumentError(
+            f"{label}{quote(shown or path)}: its name {quote(name)} is {length} characters (bytes); keras_vit "
+            f"takes names of at most {limit} there (the file system allows {name_max}, and the file is first "
+            "written under a longer private name beside it). Choose a shorter name.", argument)
+
+
 def _check_parent(path, argument):
     parent = os.path.dirname(path)
     while parent and not os.path.exists(parent):
@@ -602,9 +713,12 @@ def _staged_path(path, suffix=""):
         # Files made through a temporary name (mkstemp, Keras' zip writer) may not get the umask's mode.
         os.chmod(temporary, mode)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.remove(temporary)
+        full = _no_space_error(error, path)
+        if full is not None:
+            raise full from None
         raise
 
 
@@ -634,11 +748,70 @@ def save_model(model, destination, weights_only=False):
 
 
 def write_model_file(model, path, weights_only=False):
-    """Keras' own save into `path`, a staging path the writer gave (a staging directory or temporary name)."""
+    """Keras' own save into `path`, a staging path the writer gave (a staging directory or temporary name).
+
+    Raises:
+        OSError: `ENOSPC` before anything is written where the disk has
+            clearly no room for the file (see `check_room`).
+    """
+    variables = list(model.weights)
+    optimizer = getattr(model, "optimizer", None)
+    if not weights_only and optimizer is not None and getattr(optimizer, "built", False):
+        variables += list(optimizer.variables)
+    check_room(os.path.dirname(os.path.abspath(path)), _saved_size(variables))
     if weights_only:
         model.save_weights(path)
     else:
         model.save(path)
+
+
+# What HDF5 adds to each variable's bytes (object header, attributes, the group path): about 3 KiB measured
+# on Keras 3's weights files (20 to 150 variables); 4 KiB each and 64 KiB for the file, to be safe.
+_H5_PER_VARIABLE = 4096
+_H5_PER_FILE = 65536
+
+
+def _saved_size(variables):
+    size = _H5_PER_FILE
+    for variable in variables:
+        count = 1
+        for dimension in variable.shape:
+            count *= int(dimension)
+        itemsize = getattr(getattr(variable, "dtype", None), "itemsize", None)
+        if itemsize is None:
+            import numpy as np
+
+            itemsize = np.dtype(variable.dtype).itemsize
+        size += count * itemsize + _H5_PER_VARIABLE
+    return size
+
+
+def check_room(directory, size):
+    """Raise `ENOSPC` before writing `size` bytes into `directory` where its file system has less free.
+
+    HDF5 (under Keras' weights files) does not survive a full disk: its
+    file is closed after the failed write and the process dies inside the
+    library (a segmentation fault). Where the size is known in advance, the
+    writer checks first, so a full disk is a clear error that the writer
+    cleans up after.
+    """
+    try:
+        status = os.statvfs(directory)
+    except (OSError, AttributeError):  # no statvfs (Windows): nothing to check against
+        return
+    free = status.f_bavail * status.f_frsize
+    if free < size:
+        raise OSError(errno.ENOSPC, f"No space left on device: about {size / 2**20:.1f} MiB are needed and "
+                      f"{free / 2**20:.1f} MiB are free", directory)
+
+
+def _no_space_error(error, path):
+    """`error` again, naming the user's `path` (not the private name) when it is a full disk or quota."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OSError(error.errno, f"{os.strerror(error.errno)} while writing it; nothing was changed (the "
+                       "previous content, if any, is kept). Free some space or write elsewhere, and save again",
+                       path)
+    return None
 
 
 def discarded_copy(write, name):
@@ -768,6 +941,8 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
             os.rename(os.path.join(path, name), os.path.join(staging, name))
         # From here the staging directory's marker is the new directory's: what it holds of ours, by digest.
         _write_marker(staging, {"writer": "keras_vit", "kind": kind, "entries": entries})
+        if os.path.isdir(path):
+            _keep_modes(path, staging, skip=carried + carried_directories)
         if not os.path.isdir(path):
             os.rename(staging, path)
             return
@@ -783,10 +958,31 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
                 raise
         staging = None
         _remove_retired(retired, path)
-    except BaseException:
+    except BaseException as error:
         if staging is not None and os.path.isdir(staging):
             _remove_retired(staging, path)  # the user's directories go back to `path`
+        full = _no_space_error(error, path)
+        if full is not None:
+            raise full from None
         raise
+
+
+def _keep_modes(old, new, skip=()):
+    """Give directory `new` the mode of `old`, and each regular file of `new` the mode of its namesake in `old`.
+
+    A replaced file keeps its mode: a preset kept private (0o700, files
+    0o600) stays private after a save.
+    """
+    os.chmod(new, stat.S_IMODE(os.stat(old).st_mode))
+    for name in os.listdir(new):
+        if name in skip:
+            continue
+        try:
+            before, after = os.lstat(os.path.join(old, name)), os.lstat(os.path.join(new, name))
+        except OSError:
+            continue
+        if stat.S_ISREG(before.st_mode) and stat.S_ISREG(after.st_mode):
+            os.chmod(os.path.join(new, name), stat.S_IMODE(before.st_mode))
 
 
 def _remove_retired(directory, path):
@@ -813,7 +1009,8 @@ def _remove_retired(directory, path):
             continue
         entry = os.path.join(directory, name)
         twin = os.path.join(path, name)
-        ours = (staging is not None and name not in carried) or _owns(directory, name, entries)
+        ours = ((staging is not None and name not in carried) or _owns(directory, name, entries)
+                or _abandoned_private(name))
         same = os.path.lexists(twin) and not os.path.isdir(entry) and _same_file(entry, twin)
         if ours or same:
             if os.path.isdir(entry) and not os.path.islink(entry):
@@ -854,16 +1051,33 @@ def recover_abandoned(path):
     if not os.path.isdir(parent):
         return
     leftovers = [os.path.join(parent, name) for name in os.listdir(parent) if _abandoned(name, base)]
-    retired = sorted((entry for entry in leftovers if entry.endswith(".old") and os.path.isdir(entry)),
-                     key=os.path.getmtime, reverse=True)
-    if retired and not os.path.lexists(path):
-        os.rename(retired[0], path)
-        leftovers.remove(retired[0])
+    retired = interrupted_save(path)
+    if retired is not None:
+        os.rename(retired, path)
+        leftovers.remove(retired)
     for entry in leftovers:
         if os.path.isdir(entry) and not os.path.islink(entry):
             _remove_retired(entry, path)
         elif os.path.lexists(entry):
             os.remove(entry)  # a temporary file: never a user's name
+
+
+def interrupted_save(path):
+    """The old copy a killed save left beside a missing `path`, or `None`.
+
+    Where the system has no atomic exchange, a save moves the old directory
+    aside (`.NAME.keras_vit-...old`) before moving the new one in; a kill
+    between the two leaves `path` missing. The newest such copy of an ended
+    process on this host is returned, for a save to move back and for a
+    load to name.
+    """
+    path = os.path.abspath(os.fspath(path))
+    parent, base = os.path.split(path)
+    if os.path.lexists(path) or not os.path.isdir(parent):
+        return None
+    retired = [os.path.join(parent, name) for name in os.listdir(parent)
+               if _abandoned(name, base) and name.endswith(".old") and os.path.isdir(os.path.join(parent, name))]
+    return max(retired, key=os.path.getmtime) if retired else None
 
 
 def _clean_abandoned(path):
@@ -949,8 +1163,6 @@ def staged_upload(directory, names, required=()):
                     raise _link_error(directory, name) from None
                 raise
             with os.fdopen(handle, "rb") as reader:
-                import stat
-
                 if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
                     raise ValueError(f"{quote(source)} is not a regular file; only files are uploaded.")
                 with open(os.path.join(staging, name), "wb") as copy:
