@@ -30,6 +30,6 @@ def run(args):
     if as_file:
         save_model(model, destination)
     else:
-        model.save_to_preset(destination.path)
+        model.save_to_preset(destination)  # the claim made above, handed down
     print(f"saved the int8 model ({len(model.quantized_layers())} quantized layers) to {args.out}")
     return 0

@@ -46,10 +46,11 @@ opened without following links; a link is refused by name.
 **Modes follow the umask**: new files get `0o666 & ~umask`, directories
 `0o777 & ~umask`; a replaced file keeps its mode.
 
-**Jobs of many processes**: process 0 writes; the others take part in a
-save where Keras needs every process (a multi-process JAX or TensorFlow
-job) and discard what they wrote (`_job_role`, the one place that asks the
-job).
+**Jobs of many processes**: the writer writes wherever it is called. Which
+process writes is the job's engine's decision alone
+(`keras_vit.distribution.engines`): the callers above ask it
+(`engines.current().save_for_job`), and the writer imports nothing above
+`utils`.
 """
 
 import contextlib
@@ -151,20 +152,6 @@ def _new_file_mode(path=None):
         except (FileNotFoundError, NotADirectoryError):
             pass
     return 0o666 & ~_umask()
-
-
-def _job_role():
-    """`(writes, takes_part)`: this process writes the files; or it only takes part in a collective save.
-
-    The one place that asks the job about its processes: process 0 writes;
-    the others take part where Keras saves collectively (a multi-process JAX
-    or TensorFlow job) and discard what they wrote.
-    """
-    from keras_vit.distribution import processes  # above utils: asked lazily, only when saving
-
-    if processes.is_chief():
-        return True, False
-    return False, processes.saving_is_collective()
 
 
 # === Ownership ===
@@ -464,7 +451,7 @@ def check_writable(path, argument=None):
 # === Destinations ===
 
 
-def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False):
+def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False, make_parents=True):
     """Check an output before any work and return the `Destination` that writes it.
 
     Args:
@@ -485,6 +472,9 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in
             the user's files beside ours: each must be free or ours.
         in_place: bool. The command is documented to update its input in
             place: the overlap check is skipped. Defaults to `False`.
+        make_parents: bool. Create missing directories above the output;
+            `False` refuses an output whose parent directory is missing
+            (a mistyped path fails before the work). Defaults to `True`.
 
     Returns:
         A `Destination`.
@@ -493,7 +483,7 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in
         ArgumentError: naming the path, the problem and the argument.
     """
     return Destination(path, kind, inputs=inputs, argument=argument, names=names, reserved=reserved,
-                       in_place=in_place)
+                       in_place=in_place, make_parents=make_parents)
 
 
 class Destination:
@@ -505,7 +495,8 @@ class Destination:
     deletes an entry only while it holds what keras_vit wrote.
     """
 
-    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False):
+    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False,
+                 make_parents=True):
         if path is None:
             raise ArgumentError("{name} is required: give a path to write to.", argument)
         self.path = os.path.abspath(os.fspath(path))
@@ -514,6 +505,10 @@ class Destination:
         self.argument = argument
         self.names = None if names is None else list(names)
         self.reserved = tuple(reserved)
+        parent = os.path.dirname(self.path)
+        if not make_parents and not os.path.isdir(parent):
+            raise ArgumentError(f"Cannot write {{name}} {quote(self.given)}: the directory {quote(parent)} does not "
+                                "exist. Create it first.", argument)
         if not in_place and inputs:
             check_not_nested(self.given, inputs, argument)
         for target in [self.path] if self.names is None else [os.path.join(self.path, name) for name in self.names]:
@@ -725,25 +720,18 @@ def _staged_path(path, suffix=""):
 def save_model(model, destination, weights_only=False):
     """`model.save` (or `save_weights`) to a claimed destination, through a private temporary name.
 
-    A kill leaves the old file or the new one. In a job of several
-    processes, process 0 writes; the others take part in a collective save
-    into a directory that is then deleted.
+    A kill leaves the old file or the new one. This process writes: in a job
+    of several processes, the caller asks the job's engine which process
+    writes (`engines.current().save_for_job`).
 
     Args:
         model: a `keras.Model`.
         destination: a `Destination` (or a path, claimed here as a file).
         weights_only: bool. `save_weights` instead of `save`.
     """
-    writes, takes_part = _job_role()
-    suffix = ".weights.h5" if weights_only else ".keras"
-    if not writes:
-        if takes_part:
-            with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
-                write_model_file(model, os.path.join(scratch, "model" + suffix), weights_only)
-        return
     if not isinstance(destination, Destination):
         destination = claim(destination, "weights" if weights_only else "keras")
-    with destination.staged(suffix=suffix) as temporary:
+    with destination.staged(suffix=".weights.h5" if weights_only else ".keras") as temporary:
         write_model_file(model, temporary, weights_only)
 
 
@@ -823,13 +811,6 @@ def discarded_copy(write, name):
     """
     with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
         write(os.path.join(scratch, name))
-
-
-def take_part_in_save(model, name, weights_only=True):
-    """On a process other than 0 of a collective job: the save Keras needs from every process, discarded."""
-    writes, takes_part = _job_role()
-    if not writes and takes_part:
-        discarded_copy(lambda path: write_model_file(model, path, weights_only), name)
 
 
 def export_graph(model, path, format):
