@@ -3,25 +3,16 @@
 A command or workflow never writes a file itself. At its start it *claims*
 each output, naming its inputs:
 
-    destination = claim(args.out, "keras", inputs={"model": args.model}, argument="out")
+    destination = claim(args.out, FILE, inputs={"model": args.model}, argument="out")
     ...  # the long work
     save_model(model, destination)
 
-and the claim refuses, before any work, what would lose a user's file:
-
-- an output that is, contains or lies inside an input of the same command,
-  after links and `..` are resolved (`./sub/../m.keras` is `m.keras`);
-- a directory that holds files keras_vit did not write there, where the
-  output would replace them, and names taken by such files.
-
-**Ownership is by content.** A directory keras_vit writes carries a marker,
-`.keras_vit.json`, that names its kind (`"preset"`, `"run"`,
-`"checkpoint"`, ...) and each entry keras_vit wrote with the SHA-256 of what
-it wrote. An entry is ours only while its content is what we wrote: a file
-the user edited (a model card) or added is theirs, and is never replaced or
-deleted. A file keras_vit cannot prove it wrote (no digest, as in markers
-written before content hashes, or another digest) is the user's, whatever an
-old marker says.
+and the claim refuses, before any work, what would lose a user's file or
+fail after the work (`keras_vit.utils.ownership` decides, reading only): an
+output that is, contains or lies inside an input, by identity; a directory
+holding files keras_vit cannot prove it wrote; anything but a regular file or
+a directory; a mount point; a name too long for its private staging name.
+The claim is made once, by the command, and handed down to the save.
 
 **A directory is replaced in one step.** It is built under a staging name
 beside it and exchanged with the old one by Linux's
@@ -40,11 +31,14 @@ other process picks the same name. A leftover is removed (and only its
 content that keras_vit wrote) when its host is this one and its process is
 no longer alive, and only by a save of the same path, never by a load.
 
-**Links are not followed out of a directory.** A file read for upload is
-opened without following links; a link is refused by name.
+Reading a directory for upload (links refused, never followed) is
+`keras_vit.utils.uploads`.
 
 **Modes follow the umask**: new files get `0o666 & ~umask`, directories
-`0o777 & ~umask`; a replaced file keeps its mode.
+`0o777 & ~umask`; a replaced file or directory keeps its mode.
+
+**A full disk** is checked before a weights file is written (HDF5 does not
+survive one), and any `ENOSPC` names the user's path, not the staging name.
 
 **Jobs of many processes**: the writer writes wherever it is called. Which
 process writes is the job's engine's decision alone
@@ -56,79 +50,44 @@ process writes is the job's engine's decision alone
 import contextlib
 import ctypes
 import errno
-import hashlib
 import json
 import os
-import re
-import secrets
-import shlex
 import shutil
-import socket
 import stat
 import sys
 import tempfile
 import warnings
 
 from keras_vit.utils.errors import ArgumentError
+from keras_vit.utils.ownership import (  # noqa: F401  (public names of the writer, importable from here)
+    CHUNK,
+    KEEPS_USERS_FILES,
+    MARKED_DIRECTORY,
+    MARKER,
+    OUTPUT_FILE_FORMATS,
+    _abandoned,
+    _abandoned_private,
+    _check_parent,
+    _owns,
+    _private_name,
+    check_name_length,
+    check_not_nested,
+    check_regular,
+    check_replaceable,
+    check_writable,
+    check_writable_names,
+    digest_of,
+    foreign_entries,
+    output_format,
+    path_relation,
+    quote,
+    read_marker,
+)
 
-MARKER = ".keras_vit.json"
-# Kinds written as one file; every other kind is a directory.
-FILE_KINDS = ("keras", "weights", "safetensors", "file")
-# Directory kinds whose replacement keeps the user's files in them (carried into the new directory);
-# the others refuse a directory that holds anything keras_vit did not write there.
-KEEPS_USERS_FILES = ("huggingface", "checkpoint")
-# The marker's value for an entry that is a directory with a marker of its own (a run's `backup/`).
-MARKED_DIRECTORY = "marked-directory"
-_CHUNK = 1 << 20
-
-
-# === Names, processes, modes ===
-
-
-def _host_tag():
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
-
-
-_PRIVATE = re.compile(r"^\.(?P<base>.+)\.keras_vit-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{8}\."
-                      r"(?P<role>incoming|old|tmp)(?:\..*)?$")
-
-
-def _private_name(base, role, suffix=""):
-    """`.BASE.keras_vit-HOST-PID-RANDOM.ROLE[SUFFIX]`: a name no user picks and no other process shares."""
-    return f".{base}.keras_vit-{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.{role}{suffix}"
-
-
-def _process_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
-def _abandoned(name, base):
-    """True if `name` is a private name of ours for `base` whose process, on this host, has ended."""
-    match = _PRIVATE.match(name)
-    if match is None or match["base"] != base or match["host"] != _host_tag():
-        return False
-    pid = int(match["pid"])
-    return pid != os.getpid() and not _process_alive(pid)
-
-
-def _abandoned_private(name):
-    """True if `name` is any private name of ours (staging, retired, temporary) whose process, here, has ended.
-
-    Such an entry is keras_vit's, never the user's, wherever it is found
-    (inside a directory a killed save was writing): it is removed, never
-    kept or carried as a user's file.
-    """
-    match = _PRIVATE.match(name)
-    if match is None or match["host"] != _host_tag():
-        return False
-    pid = int(match["pid"])
-    return pid != os.getpid() and not _process_alive(pid)
+# The one word `kind` means what keras_vit writes at a path: `FILE` (one file, whatever its format), or the
+# kind of directory a marker records (`"preset"`, `"run"`, `"huggingface"`, ...). A file's format (`.keras`,
+# `.weights.h5`, `.safetensors`) is said by its name (`output_format`), an entry's type by `os.stat`.
+FILE = "file"
 
 
 def _umask():
@@ -152,82 +111,6 @@ def _new_file_mode(path=None):
         except (FileNotFoundError, NotADirectoryError):
             pass
     return 0o666 & ~_umask()
-
-
-# === Ownership ===
-
-
-def digest_of(path):
-    """SHA-256 of a regular file, or of a directory tree (names, kinds, contents); `None` for a link."""
-    if os.path.islink(path):
-        return None
-    digest = hashlib.sha256()
-    if os.path.isdir(path):
-        for directory, directories, files in os.walk(path):
-            directories.sort()
-            for name in sorted(directories + files):
-                entry = os.path.join(directory, name)
-                relative = os.path.relpath(entry, path)
-                if name == MARKER and directory == path:
-                    continue
-                part = "link" if os.path.islink(entry) else ("dir" if os.path.isdir(entry) else digest_of(entry))
-                digest.update(f"{relative}\0{part}\0".encode())
-        return "tree:" + digest.hexdigest()
-    with open(path, "rb") as file:
-        for chunk in iter(lambda: file.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def read_marker(directory):
-    """`(kind, entries)` of the marker in `directory` (entries: `{name: digest}`), or `(None, {})`.
-
-    A marker written before content hashes lists names only: each gets the
-    digest `None`, and is not ours (keras_vit cannot prove it wrote what is
-    there now: a model card the user edited since).
-    """
-    try:
-        with open(os.path.join(directory, MARKER), encoding="utf-8") as file:
-            marker = json.load(file)
-    except (OSError, ValueError):
-        return None, {}
-    if not isinstance(marker, dict) or marker.get("writer") != "keras_vit":
-        return None, {}
-    entries = marker.get("entries", {})
-    if isinstance(entries, list):
-        entries = {name: None for name in entries if isinstance(name, str)}
-    elif not isinstance(entries, dict):
-        entries = {}
-    return marker.get("kind"), entries
-
-
-def _owns(directory, name, entries):
-    """True if `directory/name` holds what keras_vit recorded writing there."""
-    if name not in entries:
-        return False
-    path = os.path.join(directory, name)
-    recorded = entries[name]
-    if recorded is None:  # an old marker's name without a digest: nothing proves the content is ours
-        return False
-    if recorded == MARKED_DIRECTORY:
-        return os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None
-    try:
-        return digest_of(path) == recorded
-    except OSError:
-        return False
-
-
-def foreign_entries(directory, kind):
-    """Entries of an existing `directory` that keras_vit did not write there as a `kind` directory.
-
-    An entry we wrote whose content changed since (an edited model card) is
-    the user's, and is listed.
-    """
-    names = {name for name in os.listdir(directory) if name != MARKER and not _abandoned_private(name)}
-    marked_kind, entries = read_marker(directory)
-    if marked_kind != kind:
-        return sorted(names)
-    return sorted(name for name in names if not _owns(directory, name, entries))
 
 
 def mark_directory(directory, kind, names, coming=()):
@@ -265,189 +148,6 @@ def _write_marker(directory, document):
         json.dump(document, file, indent=1)
 
 
-# === Checks made before any work ===
-
-
-def check_not_nested(output, others, argument=None):
-    """Refuse an output that is, contains, or lies inside one of `others` (`{what: path or paths}`).
-
-    Links and `..` are resolved first, so `./sub/../m.keras` and a link to
-    `m.keras` are `m.keras`.
-
-    Raises:
-        ArgumentError: e.g. "`output` ... is the model ...".
-    """
-    if output is None:
-        return
-    for what, paths in dict(others).items():
-        for other in [paths] if isinstance(paths, (str, os.PathLike)) or paths is None else paths:
-            relation = None if other is None else path_relation(output, other)
-            if relation is None:
-                continue
-            raise ArgumentError(f"{{name}} {quote(output)} {relation} the {what} {quote(other)}; writing it would "
-                                "replace or mix with what the command reads. Choose a path outside it.", argument)
-
-
-# What the writer writes for an output path, by the ending of the name the user gave it; any other name is a
-# directory (a preset, a Hugging Face or an export directory). The one place a command's output format is named.
-OUTPUT_FILE_FORMATS = {".keras": "keras", ".weights.h5": "weights", ".safetensors": "safetensors"}
-
-
-def output_format(path):
-    """The kind of file an output path names: `"keras"`, `"weights"`, `"safetensors"`, or `None` (a directory)."""
-    lower = os.fspath(path).lower()
-    return next((kind for ending, kind in OUTPUT_FILE_FORMATS.items() if lower.endswith(ending)), None)
-
-
-def path_relation(path, other):
-    """How `path` stands to `other`, by the identity of each file and directory on their paths.
-
-    Two names of one file or directory (a symbolic link, `..`, a hard link,
-    a bind mount) are the same: `realpath` cannot see a bind mount, but the
-    device and inode numbers (`st_dev`, `st_ino`) of the directory are the
-    same under either name. Parts of a path that do not exist yet are
-    compared by their resolved spelling.
-
-    Returns:
-        `"is"`, `"contains"`, `"lies inside"`, or `None` when neither holds
-        any part of the other.
-    """
-    mine, theirs = _identity_chain(path), _identity_chain(other)
-    if mine[0] == theirs[0]:
-        return "is"
-    if mine[0] in theirs[1:]:
-        return "contains"
-    if theirs[0] in mine[1:]:
-        return "lies inside"
-    return None
-
-
-def _identity_chain(path):
-    """The identities of `path` and of every directory above it, nearest first.
-
-    An existing entry is its `(st_dev, st_ino)`; a missing one, its resolved
-    absolute spelling.
-    """
-    current = os.path.realpath(os.fspath(path))
-    chain = []
-    while True:
-        try:
-            status = os.stat(current)
-            chain.append((status.st_dev, status.st_ino))
-        except OSError:
-            chain.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            return chain
-        current = parent
-
-
-def check_replaceable(path, kind, argument=None, names=()):
-    """Refuse, before any work, to replace directory `path` where that would replace a user's file.
-
-    A missing path or an empty directory may be written; so may a directory
-    whose marker says it is a `kind` directory and that holds nothing else.
-    For a kind that keeps the user's files (`KEEPS_USERS_FILES`), only the
-    `names` the new directory needs must be free or ours.
-
-    Raises:
-        ArgumentError: naming the path, the files that are not ours, and
-            the argument to change.
-    """
-    path = os.fspath(path)
-    if not os.path.lexists(path):
-        return
-    if not os.path.isdir(path) or os.path.islink(path):
-        raise ArgumentError(f"{{name}} {quote(path)} exists and is not a directory; keras_vit writes a directory "
-                            "there. Choose another path.", argument)
-    foreign = foreign_entries(path, kind)
-    if kind in KEEPS_USERS_FILES:
-        taken = [name for name in foreign if name in names]
-        if taken:
-            raise ArgumentError(
-                f"{{name}} {quote(path)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
-                "overwrite them. Choose another directory, or move those files away.", argument)
-        return
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise ArgumentError(
-            f"{{name}} {quote(path)} holds files keras_vit did not write there ({shown}); writing the {kind} "
-            "there would replace them. Choose a new or empty directory.", argument)
-
-
-def check_writable_names(directory, names, kind, argument=None):
-    """Refuse, before any work, to write `names` into `directory` where one of them is not ours.
-
-    Other files in the directory are left alone: only the names keras_vit is
-    about to write must be free, or hold what keras_vit wrote there (as a
-    `kind` directory).
-
-    Raises:
-        ArgumentError: naming the directory, the names taken and the argument.
-    """
-    directory = os.fspath(directory)
-    if not os.path.lexists(directory):
-        return
-    if not os.path.isdir(directory):
-        raise ArgumentError(f"{{name}} {quote(directory)} exists and is not a directory; give a directory.", argument)
-    for name in names:
-        check_regular(os.path.join(directory, name), argument)
-    marked_kind, entries = read_marker(directory)
-    taken = sorted(name for name in names if os.path.lexists(os.path.join(directory, name))
-                   and not (marked_kind == kind and _owns(directory, name, entries)))
-    if taken:
-        raise ArgumentError(
-            f"{{name}} {quote(directory)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
-            "overwrite them. Choose another directory, or move those files away.", argument)
-
-
-_NODE_TYPES = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-               stat.S_IFBLK: "a block device"}
-
-
-def check_regular(path, argument=None):
-    """Refuse, by name, an existing `path` that is neither a regular file nor a directory (nor a link to one).
-
-    keras_vit replaces only regular files and directories: writing over a
-    device such as `/dev/null`, a FIFO or a socket would replace something
-    the system or another program uses.
-
-    Raises:
-        ArgumentError: naming the path, what it is and the fix.
-    """
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:  # missing, or a dangling link (replaced by the file, never followed)
-        return
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return
-    what = _NODE_TYPES.get(stat.S_IFMT(mode), "a special file")
-    label = "{name} " if argument else ""
-    raise ArgumentError(f"{label}{quote(path)} is {what}, not a regular file; keras_vit writes only over a regular "
-                        "file or a directory it wrote. Choose another path.", argument)
-
-
-def check_writable(path, argument=None):
-    """Fail at once if file `path` cannot be written, before any long work.
-
-    Raises:
-        ArgumentError: `path` is a directory, or its parent directory is
-            missing or not writable; the message names the path and the fix.
-    """
-    path = os.fspath(path)
-    label = "{name} " if argument else ""
-    if os.path.isdir(path):
-        raise ArgumentError(f"{label}{quote(path)} is a directory; give a file name to write to.", argument)
-    check_regular(path, argument)
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ArgumentError(f"Cannot write {label}{quote(path)}: the directory {quote(parent)} does not exist. "
-                            "Create it first.", argument)
-    if not os.access(parent, os.W_OK):
-        raise ArgumentError(f"Cannot write {label}{quote(path)}: the directory {quote(parent)} is not writable.",
-                            argument)
-
-
 # === Destinations ===
 
 
@@ -456,8 +156,8 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in
 
     Args:
         path: str or path-like. The file or directory to write.
-        kind: str. `"keras"`, `"weights"`, `"safetensors"` or `"file"` for
-            one file; a directory kind otherwise (`"preset"`,
+        kind: str. `FILE` (`"file"`) for one file, whatever its format; a
+            directory kind otherwise (`"preset"`,
             `"huggingface"`, `"export"`, `"checkpoint"`, `"run"`,
             `"figures"`...), recorded in its marker.
         inputs: dict `{what: path or list of paths}` the command reads;
@@ -518,7 +218,7 @@ class Destination:
                 f"{{name}} {quote(self.given)} is a mount point; keras_vit replaces an output by renaming a new one "
                 "into its place, which a mount point does not allow. Write into it, not over it: give a path "
                 f"inside it, such as {quote(os.path.join(self.given, 'model'))}.", argument)
-        if kind in FILE_KINDS:
+        if kind == FILE:
             if os.path.lexists(self.path) and os.path.isdir(self.path):
                 raise ArgumentError(f"{{name}} {quote(self.given)} is a directory; give a file name to write to.",
                                     argument)
@@ -536,9 +236,9 @@ class Destination:
         return self.path
 
     def _target(self, name):
-        if self.kind in FILE_KINDS:
+        if self.kind == FILE:
             if name is not None:
-                raise ValueError(f"A {self.kind} destination is one file; it takes no name. Received: name={name!r}")
+                raise ValueError(f"A file destination is one file; it takes no name. Received: name={name!r}")
             return self.path
         if self.names is None or name not in self.names:
             raise ValueError(f"{name!r} was not claimed in {quote(self.path)} (claimed: {self.names}).")
@@ -617,51 +317,11 @@ class Destination:
             are carried over; the old content that was ours is removed.
             When it fails, the path keeps its old content.
         """
-        if self.kind in FILE_KINDS or self.names is not None:
-            raise ValueError(f"{quote(self.path)} was claimed as a {self.kind} file or for names, not as a "
+        if self.kind == FILE or self.names is not None:
+            raise ValueError(f"{quote(self.path)} was claimed as a file or for names, not as a "
                              "directory to replace.")
         with _replaced_directory(self.path, self.kind, self.argument, self.reserved) as staging:
             yield staging
-
-
-# The longest private name the writer makes beside a file `NAME`, minus `NAME` itself: a dot, the tag
-# `.keras_vit-HOST-PID-RANDOM` (a process id of at most 7 digits), a role and a suffix (`.tmp.weights.h5`).
-_PRIVATE_OVERHEAD = len(".") + len(".keras_vit-") + 8 + 1 + 7 + 1 + 8 + max(len(".incoming"), len(".tmp.weights.h5"))
-
-
-def check_name_length(path, argument=None, shown=None):
-    """Refuse, before any work, a name too long for the private name the writer first writes it under.
-
-    The file system allows names of `NAME_MAX` bytes (usually 255); the
-    writer builds each output under a longer private name beside it, so the
-    output's own name must leave room for it.
-
-    Raises:
-        ArgumentError: naming the user's path, its length and the limit.
-    """
-    parent = os.path.dirname(os.path.abspath(path))
-    while parent != os.path.dirname(parent) and not os.path.isdir(parent):
-        parent = os.path.dirname(parent)
-    try:
-        name_max = os.pathconf(parent, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    name = os.path.basename(os.path.abspath(path))
-    length, limit = len(os.fsencode(name)), name_max - _PRIVATE_OVERHEAD
-    if length > limit:
-        label = "{name} " if argument else ""
-        raise ArgumentError(
-            f"{label}{quote(shown or path)}: its name {quote(name)} is {length} characters (bytes); keras_vit "
-            f"takes names of at most {limit} there (the file system allows {name_max}, and the file is first "
-            "written under a longer private name beside it). Choose a shorter name.", argument)
-
-
-def _check_parent(path, argument):
-    parent = os.path.dirname(path)
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if parent and not os.access(parent, os.W_OK):
-        raise ArgumentError(f"Cannot create {{name}} {quote(path)}: {quote(parent)} is not writable.", argument)
 
 
 # === Writing one file ===
@@ -730,7 +390,7 @@ def save_model(model, destination, weights_only=False):
         weights_only: bool. `save_weights` instead of `save`.
     """
     if not isinstance(destination, Destination):
-        destination = claim(destination, "weights" if weights_only else "keras")
+        destination = claim(destination, FILE)
     with destination.staged(suffix=".weights.h5" if weights_only else ".keras") as temporary:
         write_model_file(model, temporary, weights_only)
 
@@ -1103,73 +763,6 @@ def remove_owned(directory):
     return True
 
 
-# === Reading a directory for upload ===
-
-
-@contextlib.contextmanager
-def staged_upload(directory, names, required=()):
-    """A private copy of `names` from `directory` for an upload; links are refused, never followed.
-
-    Each file is opened without following links and must be a regular file
-    inside `directory`; the copy (hard links where possible) is what the
-    upload reads, so a file swapped for a link after the check is not sent.
-
-    Args:
-        directory: str. The directory to upload from.
-        names: list of str. The files to send (missing ones are skipped).
-        required: names that must be present.
-
-    Yields:
-        str. The staging directory (removed afterwards).
-
-    Raises:
-        ValueError: a name is a link, or not a regular file.
-    """
-    directory = os.path.abspath(os.fspath(directory))
-    for name in names:
-        _check_not_a_link(directory, name)
-    staging = tempfile.mkdtemp(prefix="keras_vit-upload-")
-    try:
-        for name in names:
-            source = os.path.join(directory, name)
-            if not os.path.lexists(source):
-                if name in required:
-                    raise ValueError(f"{quote(source)} is missing.")
-                continue
-            flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-            try:
-                handle = os.open(source, flags)
-            except OSError as error:
-                if error.errno == errno.ELOOP:
-                    raise _link_error(directory, name) from None
-                raise
-            with os.fdopen(handle, "rb") as reader:
-                if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
-                    raise ValueError(f"{quote(source)} is not a regular file; only files are uploaded.")
-                with open(os.path.join(staging, name), "wb") as copy:
-                    shutil.copyfileobj(reader, copy, _CHUNK)
-        yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _check_not_a_link(directory, name):
-    if os.path.islink(os.path.join(directory, name)):
-        raise _link_error(directory, name)
-
-
-def _link_error(directory, name):
-    return ValueError(f"{quote(os.path.join(directory, name))} is a symbolic link; keras_vit never follows a link "
-                      "out of a directory it uploads (it could send a file from elsewhere, such as a key). Replace "
-                      "the link with the file itself.")
-
-
-def check_no_links(directory, names):
-    """Refuse, naming it, any of `names` in `directory` that is a symbolic link."""
-    for name in names:
-        _check_not_a_link(os.path.abspath(os.fspath(directory)), name)
-
-
 # === Reading ===
 
 
@@ -1190,7 +783,3 @@ def read_json_object(path, where=None):
         raise ValueError(f"{name} must hold a JSON object. Received: {type(value).__name__}")
     return value
 
-
-def quote(path):
-    """`path` quoted for a message a user may paste into a shell."""
-    return shlex.quote(os.fspath(path))

@@ -398,3 +398,46 @@ def test_a_full_disk_gives_a_clear_error_and_leaves_nothing(tmp_path):
         assert os.listdir(disk) == ["p"] and not private_leftovers(disk)
         assert sorted(os.listdir(preset)) == sorted(os.listdir(probe))
         keras_vit.ViTClassifier.from_preset(preset)
+
+
+# === One claim per output, handed down ===
+
+
+@one_backend
+@pytest.mark.parametrize("command", ["finetune", "quantize"])
+def test_a_command_claims_its_output_once_before_the_work_and_the_save_writes_through_it(command, tmp_path, capsys,
+                                                                                          monkeypatch):
+    # main: finetune checked its output with its own function, then claimed it only in save_to_preset, after
+    # training (three modules); quantize claimed the preset twice.
+    import keras_vit.commands.quantize
+    import keras_vit.workflows.finetuning
+    from keras_vit.utils import files
+
+    events = []
+    made = files.Destination.__init__
+
+    def counted(self, path, *args, **kwargs):
+        events.append(os.path.abspath(os.fspath(path)))
+        made(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(files.Destination, "__init__", counted)
+    module = keras_vit.workflows.finetuning if command == "finetune" else keras_vit.commands.quantize
+    load = module.load_model
+
+    def loading(*args, **kwargs):  # the work starts with reading the model
+        events.append("work")
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(module, "load_model", loading)
+    out = tmp_path / "out"
+    if command == "finetune":
+        data = write_folder(str(tmp_path / "data"), classes=2, per_class=2)
+        argv = ["finetune", data, "--preset", tiny_backbone_file(str(tmp_path / "b.keras")), "--epochs", "1",
+                "--batch-size", "4", "--output", out]
+    else:
+        tiny_classifier().save(tmp_path / "m.keras")
+        argv = ["quantize", tmp_path / "m.keras", "--out", out]
+    code, err = run_cli(argv, capsys)
+    assert code == 0, err
+    assert events.count(str(out)) == 1 and events.index(str(out)) < events.index("work"), events
+    keras_vit.ViTClassifier.from_preset(str(out))
