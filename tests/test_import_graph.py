@@ -173,9 +173,6 @@ IMPORT_CYCLES = {
         "the download's user agent names `keras_vit.__version__`; the package's `__init__` imports `presets`",
     ("keras_vit.presets.keras_vit_format", "keras_vit"):
         "a preset's metadata records `keras_vit.__version__`; the package's `__init__` imports `presets`",
-    ("keras_vit.utils.files", "keras_vit.distribution.processes"):
-        "the one writer asks the job, at save time, whether this process writes; the job's processes "
-        "module reads and writes through `utils.files`",
 }
 
 IMPORTS_INSIDE_FUNCTIONS = {

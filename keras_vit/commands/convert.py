@@ -4,7 +4,7 @@
 from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import ImageSize, Path, PositiveInt
 from keras_vit.utils import check_writable
-from keras_vit.utils.files import claim, output_format, quote, save_model
+from keras_vit.utils.files import FILE, claim, output_format, quote, save_model
 
 # What `keras-vit convert` writes; what it reads is the reading table, keras_vit.presets.formats.READ_FORMATS.
 CONVERT_TO_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
@@ -109,8 +109,7 @@ def check_destination(source, destination, target):
         # Beside a user's files is fine (they are kept); over one of theirs (another model's config.json) is not.
         return claim(destination, HUGGINGFACE_KIND, inputs={"source": source}, argument="destination",
                      reserved=HUGGINGFACE_FILES)
-    kind = {"keras": "keras", "weights": "weights", "timm": "safetensors"}[target]
-    return claim(destination, kind, inputs={"source": source}, argument="destination")
+    return claim(destination, FILE, inputs={"source": source}, argument="destination")  # one file, any format
 
 
 def save_model_file(model, path, weights_only=False):

@@ -4,7 +4,7 @@ import os
 
 from keras_vit.commands.arguments import ModelHandle, Path
 from keras_vit.commands.export import load_model
-from keras_vit.utils.files import claim, output_format
+from keras_vit.utils.files import FILE, claim, output_format
 
 
 def add_arguments(parser):
@@ -25,11 +25,11 @@ def run(args):
     # Before the model loads: never over the model being read (under any spelling), and a preset directory
     # only where it replaces nothing of the user's.
     inputs = {"model": args.model} if os.path.exists(args.model) else None
-    destination = claim(args.out, "keras" if as_file else PRESET_KIND, inputs=inputs, argument="out")
+    destination = claim(args.out, FILE if as_file else PRESET_KIND, inputs=inputs, argument="out")
     model = quantize_model(load_model(args.model, backbone=args.backbone, purpose="keras-vit quantize"))
     if as_file:
         save_model(model, destination)
     else:
-        model.save_to_preset(destination.path)
+        model.save_to_preset(destination)  # the claim made above, handed down
     print(f"saved the int8 model ({len(model.quantized_layers())} quantized layers) to {args.out}")
     return 0

@@ -12,7 +12,7 @@ import warnings
 from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import PositiveInt
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import check_writable, output_format
+from keras_vit.utils.files import check_not_nested, check_writable, output_format
 
 
 def add_distribute_argument(parser):
@@ -157,7 +157,14 @@ def check_training_flags(args):
         if output_format(save) != "keras":
             raise ArgumentError("{name} must name a .keras file.", "save", save)
         check_writable(save)
-    check_run_dir(getattr(args, "run_dir", None) or default_run_dir(save))
+    run_dir = getattr(args, "run_dir", None) or default_run_dir(save)
+    check_run_dir(run_dir)
+    # Neither output may be, hold or lie inside what the run reads (under any name: a link, a bind mount).
+    init_from = getattr(args, "init_from", None)
+    reads = {"data directory": getattr(args, "data_dir", None),
+             "pre-trained model": init_from if init_from and os.path.exists(init_from) else None}
+    check_not_nested(save, reads, "save")
+    check_not_nested(run_dir, reads, "run_dir")
 
 
 def run_settings(args, *names):

@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from keras_vit.inspection.attention import upsample
-from keras_vit.utils.files import Destination, claim
+from keras_vit.utils.files import FILE, Destination, claim
 
 PLOT_EXTRA_HINT = "pip install matplotlib"
 
@@ -47,7 +47,7 @@ def save_figure(figure, path, name=None):
     Returns:
         The path written.
     """
-    destination = path if isinstance(path, Destination) else claim(path, "file")
+    destination = path if isinstance(path, Destination) else claim(path, FILE)
     destination.save_figure(name, figure)
     return destination.path if name is None else os.path.join(destination.path, name)
 

@@ -133,7 +133,7 @@ class LowRankAdaptation:
             ValueError: LoRA is not enabled.
         """
         arrays = self.lora_weights()
-        destination = path if isinstance(path, files.Destination) else files.claim(path, "file")
+        destination = path if isinstance(path, files.Destination) else files.claim(path, files.FILE)
         with destination.staged(suffix=".npz") as temporary:
             files.write_arrays(temporary, arrays)
 

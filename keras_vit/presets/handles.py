@@ -25,7 +25,7 @@ from keras_vit.presets.kaggle import parse_kaggle_handle
 from keras_vit.presets.formats import READ_FORMATS, detect_config_format
 from keras_vit.presets.registry import PRESETS
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import quote, read_json_object
+from keras_vit.utils.files import interrupted_save, quote, read_json_object
 
 
 def describe_handles():
@@ -57,7 +57,13 @@ def resolve(handle):
     if os.path.exists(handle):
         return "local", handle, None
     if os.sep in handle or (os.altsep and os.altsep in handle) or os.path.splitext(handle)[1]:
-        # Written as a path: say so, rather than suggest preset names.
+        # Written as a path: say so, rather than suggest preset names; or name the copy an interrupted save left.
+        retired = interrupted_save(handle)
+        if retired is not None:
+            raise ArgumentError(
+                f"No such file or directory: {quote(handle)}. A save of it was interrupted while replacing it: its "
+                f"previous content is beside it as {quote(retired)}. Save to {quote(handle)} again (the save puts it "
+                f"back first), or rename it yourself: mv {quote(retired)} {quote(handle)}")
         raise ArgumentError(f"No such file or directory: {quote(handle)}. A model handle is {describe_handles()}.")
     close = [name for name in PRESETS if handle.lower() in name or name in handle.lower()][:5]
     hint = f" Close matches: {', '.join(close)}." if close else ""

@@ -22,7 +22,7 @@ from keras_vit.convert.io import CONFIG_FILE
 from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier
 from keras_vit.models.vit_classifier import check_class_names
 from keras_vit.utils.checks import check_weights_file
-from keras_vit.utils.files import claim, quote, read_json_object, write_json_file, write_model_file
+from keras_vit.utils.files import Destination, claim, quote, read_json_object, write_json_file, write_model_file
 from keras_vit.utils.image_resize import EVAL_TRANSFORM
 
 WEIGHTS_FILE = "model.weights.h5"
@@ -167,8 +167,9 @@ def save_to_preset(model, directory, **metadata):
 
     Args:
         model: `ViTBackbone`, `ViTClassifier` or `MaskedPatchPredictor`.
-        directory: str. Created if missing; an existing preset that keras_vit
-            wrote is replaced. A directory holding anything else (a user's
+        directory: str, or the `keras_vit.utils.files.Destination` a command
+            claimed at its start. Created if missing; an existing preset that
+            keras_vit wrote is replaced. A directory holding anything else (a user's
             files, another model) is refused before anything is written.
         **metadata: Extra JSON-serializable fields for `metadata.json`.
             `class_names=[...]` (or `"imagenet-1k"`) also names the classes
@@ -194,12 +195,13 @@ def save_to_preset(model, directory, **metadata):
         "image_transform": dict(EVAL_TRANSFORM),
         **metadata,
     }
-    directory = os.fspath(directory)
     _check_json_metadata(info)
     # Only a directory keras_vit wrote as a preset is replaced: a user's own
     # files (a config.json of another project, notes, data, a model card they
-    # edited) are never touched.
-    destination = claim(directory, PRESET_KIND, argument="directory")
+    # edited) are never touched. A command claimed its output at its start and hands the claim down.
+    destination = directory if isinstance(directory, Destination) else claim(directory, PRESET_KIND,
+                                                                             argument="directory")
+    directory = destination.path
     if os.path.isdir(directory):
         _warn_if_another_model(directory, document)
     with destination.directory() as staging:

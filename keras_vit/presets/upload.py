@@ -14,7 +14,8 @@ from keras_vit.models.variants import MODEL_SIZES
 from keras_vit.presets import hub
 from keras_vit.presets.keras_vit_format import PRESET_KIND, validate_config
 from keras_vit.presets.load import load_preset
-from keras_vit.utils.files import check_no_links, claim, staged_upload
+from keras_vit.utils.files import claim
+from keras_vit.utils.uploads import check_no_links, staged_upload
 
 CARD_FILE = "README.md"
 PRESET_FILES = ("config.json", "model.weights.h5", "metadata.json")

@@ -3,24 +3,16 @@
 A command or workflow never writes a file itself. At its start it *claims*
 each output, naming its inputs:
 
-    destination = claim(args.out, "keras", inputs={"model": args.model}, argument="out")
+    destination = claim(args.out, FILE, inputs={"model": args.model}, argument="out")
     ...  # the long work
     save_model(model, destination)
 
-and the claim refuses, before any work, what would lose a user's file:
-
-- an output that is, contains or lies inside an input of the same command,
-  after links and `..` are resolved (`./sub/../m.keras` is `m.keras`);
-- a directory that holds files keras_vit did not write there, where the
-  output would replace them, and names taken by such files.
-
-**Ownership is by content.** A directory keras_vit writes carries a marker,
-`.keras_vit.json`, that names its kind (`"preset"`, `"run"`,
-`"checkpoint"`, ...) and each entry keras_vit wrote with the SHA-256 of what
-it wrote. An entry is ours only while its content is what we wrote: a file
-the user edited (a model card) or added is theirs, and is never replaced or
-deleted. (Markers written before content hashes, a list of names, still own
-those names.)
+and the claim refuses, before any work, what would lose a user's file or
+fail after the work (`keras_vit.utils.ownership` decides, reading only): an
+output that is, contains or lies inside an input, by identity; a directory
+holding files keras_vit cannot prove it wrote; anything but a regular file or
+a directory; a mount point; a name too long for its private staging name.
+The claim is made once, by the command, and handed down to the save.
 
 **A directory is replaced in one step.** It is built under a staging name
 beside it and exchanged with the old one by Linux's
@@ -39,79 +31,63 @@ other process picks the same name. A leftover is removed (and only its
 content that keras_vit wrote) when its host is this one and its process is
 no longer alive, and only by a save of the same path, never by a load.
 
-**Links are not followed out of a directory.** A file read for upload is
-opened without following links; a link is refused by name.
+Reading a directory for upload (links refused, never followed) is
+`keras_vit.utils.uploads`.
 
 **Modes follow the umask**: new files get `0o666 & ~umask`, directories
-`0o777 & ~umask`; a replaced file keeps its mode.
+`0o777 & ~umask`; a replaced file or directory keeps its mode.
 
-**Jobs of many processes**: process 0 writes; the others take part in a
-save where Keras needs every process (a multi-process JAX or TensorFlow
-job) and discard what they wrote (`_job_role`, the one place that asks the
-job).
+**A full disk** is checked before a weights file is written (HDF5 does not
+survive one), and any `ENOSPC` names the user's path, not the staging name.
+
+**Jobs of many processes**: the writer writes wherever it is called. Which
+process writes is the job's engine's decision alone
+(`keras_vit.distribution.engines`): the callers above ask it
+(`engines.current().save_for_job`), and the writer imports nothing above
+`utils`.
 """
 
 import contextlib
 import ctypes
 import errno
-import hashlib
 import json
 import os
-import re
-import secrets
-import shlex
 import shutil
-import socket
+import stat
 import sys
 import tempfile
 import warnings
 
 from keras_vit.utils.errors import ArgumentError
+from keras_vit.utils.ownership import (  # noqa: F401  (public names of the writer, importable from here)
+    CHUNK,
+    KEEPS_USERS_FILES,
+    MARKED_DIRECTORY,
+    MARKER,
+    OUTPUT_FILE_FORMATS,
+    _abandoned,
+    _abandoned_private,
+    _check_parent,
+    _owns,
+    _private_name,
+    check_name_length,
+    check_not_nested,
+    check_regular,
+    check_replaceable,
+    check_writable,
+    check_writable_names,
+    digest_of,
+    foreign_entries,
+    output_format,
+    path_relation,
+    quote,
+    read_marker,
+)
 
-MARKER = ".keras_vit.json"
-# Kinds written as one file; every other kind is a directory.
-FILE_KINDS = ("keras", "weights", "safetensors", "file")
-# Directory kinds whose replacement keeps the user's files in them (carried into the new directory);
-# the others refuse a directory that holds anything keras_vit did not write there.
-KEEPS_USERS_FILES = ("huggingface", "checkpoint")
-# The marker's value for an entry that is a directory with a marker of its own (a run's `backup/`).
-MARKED_DIRECTORY = "marked-directory"
-_CHUNK = 1 << 20
-
-
-# === Names, processes, modes ===
-
-
-def _host_tag():
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
-
-
-_PRIVATE = re.compile(r"^\.(?P<base>.+)\.keras_vit-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{8}\."
-                      r"(?P<role>incoming|old|tmp)(?:\..*)?$")
-
-
-def _private_name(base, role, suffix=""):
-    """`.BASE.keras_vit-HOST-PID-RANDOM.ROLE[SUFFIX]`: a name no user picks and no other process shares."""
-    return f".{base}.keras_vit-{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.{role}{suffix}"
-
-
-def _process_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
-def _abandoned(name, base):
-    """True if `name` is a private name of ours for `base` whose process, on this host, has ended."""
-    match = _PRIVATE.match(name)
-    if match is None or match["base"] != base or match["host"] != _host_tag():
-        return False
-    pid = int(match["pid"])
-    return pid != os.getpid() and not _process_alive(pid)
+# The one word `kind` means what keras_vit writes at a path: `FILE` (one file, whatever its format), or the
+# kind of directory a marker records (`"preset"`, `"run"`, `"huggingface"`, ...). A file's format (`.keras`,
+# `.weights.h5`, `.safetensors`) is said by its name (`output_format`), an entry's type by `os.stat`.
+FILE = "file"
 
 
 def _umask():
@@ -135,95 +111,6 @@ def _new_file_mode(path=None):
         except (FileNotFoundError, NotADirectoryError):
             pass
     return 0o666 & ~_umask()
-
-
-def _job_role():
-    """`(writes, takes_part)`: this process writes the files; or it only takes part in a collective save.
-
-    The one place that asks the job about its processes: process 0 writes;
-    the others take part where Keras saves collectively (a multi-process JAX
-    or TensorFlow job) and discard what they wrote.
-    """
-    from keras_vit.distribution import processes  # above utils: asked lazily, only when saving
-
-    if processes.is_chief():
-        return True, False
-    return False, processes.saving_is_collective()
-
-
-# === Ownership ===
-
-
-def digest_of(path):
-    """SHA-256 of a regular file, or of a directory tree (names, kinds, contents); `None` for a link."""
-    if os.path.islink(path):
-        return None
-    digest = hashlib.sha256()
-    if os.path.isdir(path):
-        for directory, directories, files in os.walk(path):
-            directories.sort()
-            for name in sorted(directories + files):
-                entry = os.path.join(directory, name)
-                relative = os.path.relpath(entry, path)
-                if name == MARKER and directory == path:
-                    continue
-                part = "link" if os.path.islink(entry) else ("dir" if os.path.isdir(entry) else digest_of(entry))
-                digest.update(f"{relative}\0{part}\0".encode())
-        return "tree:" + digest.hexdigest()
-    with open(path, "rb") as file:
-        for chunk in iter(lambda: file.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def read_marker(directory):
-    """`(kind, entries)` of the marker in `directory` (entries: `{name: digest}`), or `(None, {})`.
-
-    A marker written before content hashes lists names only: each gets the
-    digest `None` (owned by name).
-    """
-    try:
-        with open(os.path.join(directory, MARKER), encoding="utf-8") as file:
-            marker = json.load(file)
-    except (OSError, ValueError):
-        return None, {}
-    if not isinstance(marker, dict) or marker.get("writer") != "keras_vit":
-        return None, {}
-    entries = marker.get("entries", {})
-    if isinstance(entries, list):
-        entries = {name: None for name in entries if isinstance(name, str)}
-    elif not isinstance(entries, dict):
-        entries = {}
-    return marker.get("kind"), entries
-
-
-def _owns(directory, name, entries):
-    """True if `directory/name` holds what keras_vit recorded writing there."""
-    if name not in entries:
-        return False
-    path = os.path.join(directory, name)
-    recorded = entries[name]
-    if recorded is None:  # an old marker: by name
-        return True
-    if recorded == MARKED_DIRECTORY:
-        return os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None
-    try:
-        return digest_of(path) == recorded
-    except OSError:
-        return False
-
-
-def foreign_entries(directory, kind):
-    """Entries of an existing `directory` that keras_vit did not write there as a `kind` directory.
-
-    An entry we wrote whose content changed since (an edited model card) is
-    the user's, and is listed.
-    """
-    names = set(os.listdir(directory)) - {MARKER}
-    marked_kind, entries = read_marker(directory)
-    if marked_kind != kind:
-        return sorted(names)
-    return sorted(name for name in names if not _owns(directory, name, entries))
 
 
 def mark_directory(directory, kind, names, coming=()):
@@ -261,144 +148,16 @@ def _write_marker(directory, document):
         json.dump(document, file, indent=1)
 
 
-# === Checks made before any work ===
-
-
-def check_not_nested(output, others, argument=None):
-    """Refuse an output that is, contains, or lies inside one of `others` (`{what: path or paths}`).
-
-    Links and `..` are resolved first, so `./sub/../m.keras` and a link to
-    `m.keras` are `m.keras`.
-
-    Raises:
-        ArgumentError: e.g. "`output` ... is the model ...".
-    """
-    if output is None:
-        return
-    for what, paths in dict(others).items():
-        for other in [paths] if isinstance(paths, (str, os.PathLike)) or paths is None else paths:
-            relation = None if other is None else path_relation(output, other)
-            if relation is None:
-                continue
-            raise ArgumentError(f"{{name}} {quote(output)} {relation} the {what} {quote(other)}; writing it would "
-                                "replace or mix with what the command reads. Choose a path outside it.", argument)
-
-
-# What the writer writes for an output path, by the ending of the name the user gave it; any other name is a
-# directory (a preset, a Hugging Face or an export directory). The one place a command's output format is named.
-OUTPUT_FILE_FORMATS = {".keras": "keras", ".weights.h5": "weights", ".safetensors": "safetensors"}
-
-
-def output_format(path):
-    """The kind of file an output path names: `"keras"`, `"weights"`, `"safetensors"`, or `None` (a directory)."""
-    lower = os.fspath(path).lower()
-    return next((kind for ending, kind in OUTPUT_FILE_FORMATS.items() if lower.endswith(ending)), None)
-
-
-def path_relation(path, other):
-    """How `path` stands to `other` once links and `..` are resolved.
-
-    Returns:
-        `"is"`, `"contains"`, `"lies inside"`, or `None` when neither holds
-        any part of the other.
-    """
-    mine, theirs = os.path.realpath(os.fspath(path)), os.path.realpath(os.fspath(other))
-    if mine == theirs:
-        return "is"
-    if theirs.startswith(mine.rstrip(os.sep) + os.sep):
-        return "contains"
-    if mine.startswith(theirs.rstrip(os.sep) + os.sep):
-        return "lies inside"
-    return None
-
-
-def check_replaceable(path, kind, argument=None, names=()):
-    """Refuse, before any work, to replace directory `path` where that would replace a user's file.
-
-    A missing path or an empty directory may be written; so may a directory
-    whose marker says it is a `kind` directory and that holds nothing else.
-    For a kind that keeps the user's files (`KEEPS_USERS_FILES`), only the
-    `names` the new directory needs must be free or ours.
-
-    Raises:
-        ArgumentError: naming the path, the files that are not ours, and
-            the argument to change.
-    """
-    path = os.fspath(path)
-    if not os.path.lexists(path):
-        return
-    if not os.path.isdir(path) or os.path.islink(path):
-        raise ArgumentError(f"{{name}} {quote(path)} exists and is not a directory; keras_vit writes a directory "
-                            "there. Choose another path.", argument)
-    foreign = foreign_entries(path, kind)
-    if kind in KEEPS_USERS_FILES:
-        taken = [name for name in foreign if name in names]
-        if taken:
-            raise ArgumentError(
-                f"{{name}} {quote(path)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
-                "overwrite them. Choose another directory, or move those files away.", argument)
-        return
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise ArgumentError(
-            f"{{name}} {quote(path)} holds files keras_vit did not write there ({shown}); writing the {kind} "
-            "there would replace them. Choose a new or empty directory.", argument)
-
-
-def check_writable_names(directory, names, kind, argument=None):
-    """Refuse, before any work, to write `names` into `directory` where one of them is not ours.
-
-    Other files in the directory are left alone: only the names keras_vit is
-    about to write must be free, or hold what keras_vit wrote there (as a
-    `kind` directory).
-
-    Raises:
-        ArgumentError: naming the directory, the names taken and the argument.
-    """
-    directory = os.fspath(directory)
-    if not os.path.lexists(directory):
-        return
-    if not os.path.isdir(directory):
-        raise ArgumentError(f"{{name}} {quote(directory)} exists and is not a directory; give a directory.", argument)
-    marked_kind, entries = read_marker(directory)
-    taken = sorted(name for name in names if os.path.lexists(os.path.join(directory, name))
-                   and not (marked_kind == kind and _owns(directory, name, entries)))
-    if taken:
-        raise ArgumentError(
-            f"{{name}} {quote(directory)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
-            "overwrite them. Choose another directory, or move those files away.", argument)
-
-
-def check_writable(path, argument=None):
-    """Fail at once if file `path` cannot be written, before any long work.
-
-    Raises:
-        ArgumentError: `path` is a directory, or its parent directory is
-            missing or not writable; the message names the path and the fix.
-    """
-    path = os.fspath(path)
-    label = "{name} " if argument else ""
-    if os.path.isdir(path):
-        raise ArgumentError(f"{label}{quote(path)} is a directory; give a file name to write to.", argument)
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ArgumentError(f"Cannot write {label}{quote(path)}: the directory {quote(parent)} does not exist. "
-                            "Create it first.", argument)
-    if not os.access(parent, os.W_OK):
-        raise ArgumentError(f"Cannot write {label}{quote(path)}: the directory {quote(parent)} is not writable.",
-                            argument)
-
-
 # === Destinations ===
 
 
-def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False):
+def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False, make_parents=True):
     """Check an output before any work and return the `Destination` that writes it.
 
     Args:
         path: str or path-like. The file or directory to write.
-        kind: str. `"keras"`, `"weights"`, `"safetensors"` or `"file"` for
-            one file; a directory kind otherwise (`"preset"`,
+        kind: str. `FILE` (`"file"`) for one file, whatever its format; a
+            directory kind otherwise (`"preset"`,
             `"huggingface"`, `"export"`, `"checkpoint"`, `"run"`,
             `"figures"`...), recorded in its marker.
         inputs: dict `{what: path or list of paths}` the command reads;
@@ -413,6 +172,9 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in
             the user's files beside ours: each must be free or ours.
         in_place: bool. The command is documented to update its input in
             place: the overlap check is skipped. Defaults to `False`.
+        make_parents: bool. Create missing directories above the output;
+            `False` refuses an output whose parent directory is missing
+            (a mistyped path fails before the work). Defaults to `True`.
 
     Returns:
         A `Destination`.
@@ -421,7 +183,7 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in
         ArgumentError: naming the path, the problem and the argument.
     """
     return Destination(path, kind, inputs=inputs, argument=argument, names=names, reserved=reserved,
-                       in_place=in_place)
+                       in_place=in_place, make_parents=make_parents)
 
 
 class Destination:
@@ -433,7 +195,8 @@ class Destination:
     deletes an entry only while it holds what keras_vit wrote.
     """
 
-    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False):
+    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False,
+                 make_parents=True):
         if path is None:
             raise ArgumentError("{name} is required: give a path to write to.", argument)
         self.path = os.path.abspath(os.fspath(path))
@@ -442,9 +205,20 @@ class Destination:
         self.argument = argument
         self.names = None if names is None else list(names)
         self.reserved = tuple(reserved)
+        parent = os.path.dirname(self.path)
+        if not make_parents and not os.path.isdir(parent):
+            raise ArgumentError(f"Cannot write {{name}} {quote(self.given)}: the directory {quote(parent)} does not "
+                                "exist. Create it first.", argument)
         if not in_place and inputs:
             check_not_nested(self.given, inputs, argument)
-        if kind in FILE_KINDS:
+        for target in [self.path] if self.names is None else [os.path.join(self.path, name) for name in self.names]:
+            check_name_length(target, argument, shown=self.given if target == self.path else None)
+        if self.names is None and os.path.lexists(self.path) and os.path.ismount(self.path):
+            raise ArgumentError(
+                f"{{name}} {quote(self.given)} is a mount point; keras_vit replaces an output by renaming a new one "
+                "into its place, which a mount point does not allow. Write into it, not over it: give a path "
+                f"inside it, such as {quote(os.path.join(self.given, 'model'))}.", argument)
+        if kind == FILE:
             if os.path.lexists(self.path) and os.path.isdir(self.path):
                 raise ArgumentError(f"{{name}} {quote(self.given)} is a directory; give a file name to write to.",
                                     argument)
@@ -462,9 +236,9 @@ class Destination:
         return self.path
 
     def _target(self, name):
-        if self.kind in FILE_KINDS:
+        if self.kind == FILE:
             if name is not None:
-                raise ValueError(f"A {self.kind} destination is one file; it takes no name. Received: name={name!r}")
+                raise ValueError(f"A file destination is one file; it takes no name. Received: name={name!r}")
             return self.path
         if self.names is None or name not in self.names:
             raise ValueError(f"{name!r} was not claimed in {quote(self.path)} (claimed: {self.names}).")
@@ -543,19 +317,11 @@ class Destination:
             are carried over; the old content that was ours is removed.
             When it fails, the path keeps its old content.
         """
-        if self.kind in FILE_KINDS or self.names is not None:
-            raise ValueError(f"{quote(self.path)} was claimed as a {self.kind} file or for names, not as a "
+        if self.kind == FILE or self.names is not None:
+            raise ValueError(f"{quote(self.path)} was claimed as a file or for names, not as a "
                              "directory to replace.")
         with _replaced_directory(self.path, self.kind, self.argument, self.reserved) as staging:
             yield staging
-
-
-def _check_parent(path, argument):
-    parent = os.path.dirname(path)
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if parent and not os.access(parent, os.W_OK):
-        raise ArgumentError(f"Cannot create {{name}} {quote(path)}: {quote(parent)} is not writable.", argument)
 
 
 # === Writing one file ===
@@ -602,43 +368,98 @@ def _staged_path(path, suffix=""):
         # Files made through a temporary name (mkstemp, Keras' zip writer) may not get the umask's mode.
         os.chmod(temporary, mode)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.remove(temporary)
+        full = _no_space_error(error, path)
+        if full is not None:
+            raise full from None
         raise
 
 
 def save_model(model, destination, weights_only=False):
     """`model.save` (or `save_weights`) to a claimed destination, through a private temporary name.
 
-    A kill leaves the old file or the new one. In a job of several
-    processes, process 0 writes; the others take part in a collective save
-    into a directory that is then deleted.
+    A kill leaves the old file or the new one. This process writes: in a job
+    of several processes, the caller asks the job's engine which process
+    writes (`engines.current().save_for_job`).
 
     Args:
         model: a `keras.Model`.
         destination: a `Destination` (or a path, claimed here as a file).
         weights_only: bool. `save_weights` instead of `save`.
     """
-    writes, takes_part = _job_role()
-    suffix = ".weights.h5" if weights_only else ".keras"
-    if not writes:
-        if takes_part:
-            with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
-                write_model_file(model, os.path.join(scratch, "model" + suffix), weights_only)
-        return
     if not isinstance(destination, Destination):
-        destination = claim(destination, "weights" if weights_only else "keras")
-    with destination.staged(suffix=suffix) as temporary:
+        destination = claim(destination, FILE)
+    with destination.staged(suffix=".weights.h5" if weights_only else ".keras") as temporary:
         write_model_file(model, temporary, weights_only)
 
 
 def write_model_file(model, path, weights_only=False):
-    """Keras' own save into `path`, a staging path the writer gave (a staging directory or temporary name)."""
+    """Keras' own save into `path`, a staging path the writer gave (a staging directory or temporary name).
+
+    Raises:
+        OSError: `ENOSPC` before anything is written where the disk has
+            clearly no room for the file (see `check_room`).
+    """
+    variables = list(model.weights)
+    optimizer = getattr(model, "optimizer", None)
+    if not weights_only and optimizer is not None and getattr(optimizer, "built", False):
+        variables += list(optimizer.variables)
+    check_room(os.path.dirname(os.path.abspath(path)), _saved_size(variables))
     if weights_only:
         model.save_weights(path)
     else:
         model.save(path)
+
+
+# What HDF5 adds to each variable's bytes (object header, attributes, the group path): about 3 KiB measured
+# on Keras 3's weights files (20 to 150 variables); 4 KiB each and 64 KiB for the file, to be safe.
+_H5_PER_VARIABLE = 4096
+_H5_PER_FILE = 65536
+
+
+def _saved_size(variables):
+    size = _H5_PER_FILE
+    for variable in variables:
+        count = 1
+        for dimension in variable.shape:
+            count *= int(dimension)
+        itemsize = getattr(getattr(variable, "dtype", None), "itemsize", None)
+        if itemsize is None:
+            import numpy as np
+
+            itemsize = np.dtype(variable.dtype).itemsize
+        size += count * itemsize + _H5_PER_VARIABLE
+    return size
+
+
+def check_room(directory, size):
+    """Raise `ENOSPC` before writing `size` bytes into `directory` where its file system has less free.
+
+    HDF5 (under Keras' weights files) does not survive a full disk: its
+    file is closed after the failed write and the process dies inside the
+    library (a segmentation fault). Where the size is known in advance, the
+    writer checks first, so a full disk is a clear error that the writer
+    cleans up after.
+    """
+    try:
+        status = os.statvfs(directory)
+    except (OSError, AttributeError):  # no statvfs (Windows): nothing to check against
+        return
+    free = status.f_bavail * status.f_frsize
+    if free < size:
+        raise OSError(errno.ENOSPC, f"No space left on device: about {size / 2**20:.1f} MiB are needed and "
+                      f"{free / 2**20:.1f} MiB are free", directory)
+
+
+def _no_space_error(error, path):
+    """`error` again, naming the user's `path` (not the private name) when it is a full disk or quota."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OSError(error.errno, f"{os.strerror(error.errno)} while writing it; nothing was changed (the "
+                       "previous content, if any, is kept). Free some space or write elsewhere, and save again",
+                       path)
+    return None
 
 
 def discarded_copy(write, name):
@@ -650,13 +471,6 @@ def discarded_copy(write, name):
     """
     with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
         write(os.path.join(scratch, name))
-
-
-def take_part_in_save(model, name, weights_only=True):
-    """On a process other than 0 of a collective job: the save Keras needs from every process, discarded."""
-    writes, takes_part = _job_role()
-    if not writes and takes_part:
-        discarded_copy(lambda path: write_model_file(model, path, weights_only), name)
 
 
 def export_graph(model, path, format):
@@ -768,6 +582,8 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
             os.rename(os.path.join(path, name), os.path.join(staging, name))
         # From here the staging directory's marker is the new directory's: what it holds of ours, by digest.
         _write_marker(staging, {"writer": "keras_vit", "kind": kind, "entries": entries})
+        if os.path.isdir(path):
+            _keep_modes(path, staging, skip=carried + carried_directories)
         if not os.path.isdir(path):
             os.rename(staging, path)
             return
@@ -783,10 +599,31 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
                 raise
         staging = None
         _remove_retired(retired, path)
-    except BaseException:
+    except BaseException as error:
         if staging is not None and os.path.isdir(staging):
             _remove_retired(staging, path)  # the user's directories go back to `path`
+        full = _no_space_error(error, path)
+        if full is not None:
+            raise full from None
         raise
+
+
+def _keep_modes(old, new, skip=()):
+    """Give directory `new` the mode of `old`, and each regular file of `new` the mode of its namesake in `old`.
+
+    A replaced file keeps its mode: a preset kept private (0o700, files
+    0o600) stays private after a save.
+    """
+    os.chmod(new, stat.S_IMODE(os.stat(old).st_mode))
+    for name in os.listdir(new):
+        if name in skip:
+            continue
+        try:
+            before, after = os.lstat(os.path.join(old, name)), os.lstat(os.path.join(new, name))
+        except OSError:
+            continue
+        if stat.S_ISREG(before.st_mode) and stat.S_ISREG(after.st_mode):
+            os.chmod(os.path.join(new, name), stat.S_IMODE(before.st_mode))
 
 
 def _remove_retired(directory, path):
@@ -813,7 +650,8 @@ def _remove_retired(directory, path):
             continue
         entry = os.path.join(directory, name)
         twin = os.path.join(path, name)
-        ours = (staging is not None and name not in carried) or _owns(directory, name, entries)
+        ours = ((staging is not None and name not in carried) or _owns(directory, name, entries)
+                or _abandoned_private(name))
         same = os.path.lexists(twin) and not os.path.isdir(entry) and _same_file(entry, twin)
         if ours or same:
             if os.path.isdir(entry) and not os.path.islink(entry):
@@ -854,16 +692,33 @@ def recover_abandoned(path):
     if not os.path.isdir(parent):
         return
     leftovers = [os.path.join(parent, name) for name in os.listdir(parent) if _abandoned(name, base)]
-    retired = sorted((entry for entry in leftovers if entry.endswith(".old") and os.path.isdir(entry)),
-                     key=os.path.getmtime, reverse=True)
-    if retired and not os.path.lexists(path):
-        os.rename(retired[0], path)
-        leftovers.remove(retired[0])
+    retired = interrupted_save(path)
+    if retired is not None:
+        os.rename(retired, path)
+        leftovers.remove(retired)
     for entry in leftovers:
         if os.path.isdir(entry) and not os.path.islink(entry):
             _remove_retired(entry, path)
         elif os.path.lexists(entry):
             os.remove(entry)  # a temporary file: never a user's name
+
+
+def interrupted_save(path):
+    """The old copy a killed save left beside a missing `path`, or `None`.
+
+    Where the system has no atomic exchange, a save moves the old directory
+    aside (`.NAME.keras_vit-...old`) before moving the new one in; a kill
+    between the two leaves `path` missing. The newest such copy of an ended
+    process on this host is returned, for a save to move back and for a
+    load to name.
+    """
+    path = os.path.abspath(os.fspath(path))
+    parent, base = os.path.split(path)
+    if os.path.lexists(path) or not os.path.isdir(parent):
+        return None
+    retired = [os.path.join(parent, name) for name in os.listdir(parent)
+               if _abandoned(name, base) and name.endswith(".old") and os.path.isdir(os.path.join(parent, name))]
+    return max(retired, key=os.path.getmtime) if retired else None
 
 
 def _clean_abandoned(path):
@@ -908,75 +763,6 @@ def remove_owned(directory):
     return True
 
 
-# === Reading a directory for upload ===
-
-
-@contextlib.contextmanager
-def staged_upload(directory, names, required=()):
-    """A private copy of `names` from `directory` for an upload; links are refused, never followed.
-
-    Each file is opened without following links and must be a regular file
-    inside `directory`; the copy (hard links where possible) is what the
-    upload reads, so a file swapped for a link after the check is not sent.
-
-    Args:
-        directory: str. The directory to upload from.
-        names: list of str. The files to send (missing ones are skipped).
-        required: names that must be present.
-
-    Yields:
-        str. The staging directory (removed afterwards).
-
-    Raises:
-        ValueError: a name is a link, or not a regular file.
-    """
-    directory = os.path.abspath(os.fspath(directory))
-    for name in names:
-        _check_not_a_link(directory, name)
-    staging = tempfile.mkdtemp(prefix="keras_vit-upload-")
-    try:
-        for name in names:
-            source = os.path.join(directory, name)
-            if not os.path.lexists(source):
-                if name in required:
-                    raise ValueError(f"{quote(source)} is missing.")
-                continue
-            flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-            try:
-                handle = os.open(source, flags)
-            except OSError as error:
-                if error.errno == errno.ELOOP:
-                    raise _link_error(directory, name) from None
-                raise
-            with os.fdopen(handle, "rb") as reader:
-                import stat
-
-                if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
-                    raise ValueError(f"{quote(source)} is not a regular file; only files are uploaded.")
-                with open(os.path.join(staging, name), "wb") as copy:
-                    shutil.copyfileobj(reader, copy, _CHUNK)
-        yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _check_not_a_link(directory, name):
-    if os.path.islink(os.path.join(directory, name)):
-        raise _link_error(directory, name)
-
-
-def _link_error(directory, name):
-    return ValueError(f"{quote(os.path.join(directory, name))} is a symbolic link; keras_vit never follows a link "
-                      "out of a directory it uploads (it could send a file from elsewhere, such as a key). Replace "
-                      "the link with the file itself.")
-
-
-def check_no_links(directory, names):
-    """Refuse, naming it, any of `names` in `directory` that is a symbolic link."""
-    for name in names:
-        _check_not_a_link(os.path.abspath(os.fspath(directory)), name)
-
-
 # === Reading ===
 
 
@@ -997,7 +783,3 @@ def read_json_object(path, where=None):
         raise ValueError(f"{name} must hold a JSON object. Received: {type(value).__name__}")
     return value
 
-
-def quote(path):
-    """`path` quoted for a message a user may paste into a shell."""
-    return shlex.quote(os.fspath(path))

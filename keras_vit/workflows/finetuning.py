@@ -21,7 +21,7 @@ from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.presets import load_model
 from keras_vit.presets.keras_vit_format import PRESET_KIND
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import check_not_nested, check_replaceable, quote
+from keras_vit.utils.files import check_not_nested, claim, quote
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.utils.values import check_count, check_optional_count, to_pair
 from keras_vit.workflows import notices, optimizers
@@ -223,24 +223,6 @@ def load_for_finetuning(num_classes, preset=None, variant=None, image_size=None,
     return model.with_head(num_classes)
 
 
-def check_output_dir(output, argument="output"):
-    """Fail before training if `output` cannot become a preset directory.
-
-    A new path, an empty directory or a preset keras_vit wrote may be
-    written; a directory holding anything else (a user's project, another
-    model, data) is refused, so nothing of the user's is ever replaced.
-    """
-    if output is None:
-        return
-    output = os.fspath(output)
-    check_replaceable(output, PRESET_KIND, argument)
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        raise ArgumentError(f"Cannot write {quote(output)}: the directory {quote(parent)} does not exist. Create it first.")
-    if not os.access(parent, os.W_OK):
-        raise ArgumentError(f"Cannot write {quote(output)}: the directory {quote(parent)} is not writable.")
-
-
 def finetune(
     data_dir,
     preset=None,
@@ -338,16 +320,16 @@ def finetune(
     if validation_dir is not None and not os.path.isdir(validation_dir):
         raise ArgumentError(f"No such validation folder: {quote(validation_dir)}.")
     check_held_out(data_dir, validation_dir, "validation_dir")
-    check_output_dir(output)
     if run_dir == "auto":
         run_dir = default_run_dir(output)
     check_run_dir(run_dir)
-    # The output and the run directory must not be, contain or lie inside what the run reads or the other.
+    # The output is claimed once, here: never what the run reads or its run directory (under any name), and a
+    # directory only where it replaces nothing of the user's. The save writes through this claim.
     preset_path = preset if preset is not None and os.path.exists(str(preset)) else None
-    check_not_nested(output, {"data directory": data_dir, "validation directory": validation_dir,
-                              "run directory": run_dir, "pre-trained model": preset_path}, "output")
-    check_not_nested(run_dir, {"data directory": data_dir, "validation directory": validation_dir,
-                               "pre-trained model": preset_path}, "run_dir")
+    reads = {"data directory": data_dir, "validation directory": validation_dir, "pre-trained model": preset_path}
+    destination = None if output is None else claim(output, PRESET_KIND, inputs={**reads, "run directory": run_dir},
+                                                    argument="output", make_parents=False)
+    check_not_nested(run_dir, reads, "run_dir")
     augment = augment or AugmentPolicy()
     if output is None and verbose:  # said after the checks, so a refused run prints only its error
         print("No output (--output): the fine-tuned model will not be saved"
@@ -403,7 +385,8 @@ def finetune(
                        callbacks=callbacks, verbose=verbose, keep_backup=True)
     scores = run["held_out"] or {}
     if output is not None:  # one writer in a job of several processes; the preset is swapped into place whole
-        engines.current().save_for_job(lambda target: model.save_to_preset(target, class_names=class_names), output)
+        engines.current().save_for_job(lambda target: model.save_to_preset(target, class_names=class_names),
+                                       destination)
     finish_run(run_dir)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": scores.get("accuracy"), "loss": scores.get("loss"), "model": model, "class_names": class_names,

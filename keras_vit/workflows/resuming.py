@@ -134,7 +134,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
         if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
             return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
         if not engines.current().is_chief():  # process 0 writes the job's checkpoint
-            files.take_part_in_save(self.model, CHECKPOINT_WEIGHTS)
+            if engines.current().saving_is_collective():  # Keras needs every process in the save; discarded
+                files.discarded_copy(lambda path: files.write_model_file(self.model, path, True), CHECKPOINT_WEIGHTS)
             return
         state = {
             "epoch": epoch + 1,

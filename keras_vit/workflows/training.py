@@ -179,5 +179,11 @@ def save_model(model, path):
     one. In a job of several processes only process 0 writes (the others
     take part in a collective save and discard it).
     """
+    def write(target):
+        if target is path:  # the process whose file is kept: through the writer
+            files.save_model(model, path)
+        else:  # a collective save's discarded copy, in the engine's scratch directory
+            files.write_model_file(model, target)
+
     with optimizer_set_aside(model):
-        files.save_model(model, path)
+        engines.current().save_for_job(write, path)

@@ -37,8 +37,12 @@ def test_paths_are_checked_before_any_work(folder, tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="exists and is not a directory"):
         keras_vit.finetune(folder, variant="ViT-Ti/16", output=str(tmp_path / "file"))
-    with pytest.raises(ValueError, match="holds files keras_vit did not write there"):
+    with pytest.raises(ValueError, match="is the data directory"):  # the output's one claim names the overlap first
         keras_vit.finetune(folder, variant="ViT-Ti/16", output=folder)
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="holds files keras_vit did not write there"):
+        keras_vit.finetune(folder, variant="ViT-Ti/16", output=str(tmp_path / "project"))
 
 
 @pytest.mark.parametrize("batch_size", [512, 256])  # no accumulation, and 2 batches per update
