@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import common  # noqa: E402
+import xla_flags  # noqa: E402
 
 
 def check_accelerator(backend):
@@ -68,7 +69,7 @@ def set_threads(backend, threads):
 
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(1)
-    # jax: the driver sets XLA_FLAGS before the process starts.
+    # jax: XLA has no thread-count flag; its pool follows the CPU affinity `run.py` gives the process.
 
 
 def main(argv=None):
@@ -91,6 +92,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     jit_compile = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
 
+    # Before any framework reads it: the flags as received, then the probe's dump flags last,
+    # so the probe shows whether XLA read the whole line (xla_flags.py).
+    received_xla_flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"], probe_dir = xla_flags.add_probe(received_xla_flags)
     start = time.perf_counter()
     import keras
     import numpy as np
@@ -104,6 +109,14 @@ def main(argv=None):
 
     import_seconds = time.perf_counter() - start
     rss_after_import = common.current_rss_mib()
+    # After the import figures (as before the probe existed), before any long work.
+    if backend in ("jax", "tensorflow"):
+        parsed = xla_flags.parsed_flags(backend, probe_dir)
+        if parsed is None:
+            raise SystemExit(f"XLA did not read all of XLA_FLAGS={received_xla_flags!r}: its probe dumped "
+                             "nothing, so a word before the last flag stopped XLA's parser. Remove that word.")
+    else:
+        parsed = None
 
     # No keras.utils.set_random_seed: it imports TensorFlow to seed it too,
     # which would add ~400 MiB to every backend's peak memory.
@@ -130,6 +143,8 @@ def main(argv=None):
         "keras_version": keras.__version__,
         "num_params": int(model.count_params()),
         "import_seconds": import_seconds,
+        "xla_flags": received_xla_flags,
+        "xla_parsed": parsed,
         "rss_after_import_mib": rss_after_import,
         "load_before": common.load_average(),
     }

@@ -6,8 +6,9 @@ the environment has) at the given thread count and prints one `BENCH_RESULT
 kernels (OpenBLAS, oneDNN/MKL, XLA's Eigen or oneDNN), and which one is
 fastest depends on the CPU: on one 2-core AMD EPYC with AVX-512 jax and numpy
 reached 400-420 GFLOP/s, on another of the same kind 190-210, while torch
-stayed at ~183 on both. jax's thread pool follows XLA_FLAGS, which `run.py`
-sets.
+stayed at ~183 on both. jax's thread pool follows the CPUs the process may
+use (XLA has no thread-count flag): `run.py` pins a worker to `--threads` CPUs
+when there are more.
 
     python benchmarks/matmul_ceiling.py --threads 2
     python benchmarks/matmul_ceiling.py --device gpu     # torch CUDA, jax GPU, tensorflow GPU

@@ -184,7 +184,7 @@ def main(argv=None):
     parser.add_argument("--impl", choices=("keras", "timm"), required=True)
     parser.add_argument("--variant", default="ViT-Ti/16")
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (jax: XLA_FLAGS)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (jax: one per allowed CPU; use taskset -c to change it)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--trace", metavar="DIR", help="jax: trace the gradient program into DIR and summarise it")

@@ -4,7 +4,9 @@ For each ViT variant this runs every framework in its own process, in an
 interleaved order (keras_vit[torch], timm, keras_vit[jax], hf,
 keras_vit[tensorflow], hf[keras env]; the next round in reverse), so that a change in the
 machine's load hits all of them alike. Every process gets the same
-environment variables and thread count. Each process times the forward pass
+environment variables and thread count (for jax, whose XLA has no thread
+flag, a thread count below the CPUs allowed is set as CPU affinity, for every
+worker alike). Each process times the forward pass
 (inference) and then a full training step, and records its peak resident
 memory. The results of all rounds are pooled: the table shows the median
 images/s with the range (min-max) over all timed calls, and the achieved
@@ -13,7 +15,10 @@ GFLOP/s against this machine's float32 matmul rate.
 What explains a host's results is recorded with them, in the JSON and the
 printed table: the CPU model and its flags (AVX-512, VNNI, bf16, AMX), each
 framework's own 2048x2048 float32 matmul rate (which differs a lot between
-hosts of the same kind), and the thread placement of every worker.
+hosts of the same kind), and the thread placement of every worker. Every
+XLA worker (jax, tensorflow) also reports its XLA_FLAGS as received and the
+options XLA read back from them (`xla_flags.py`): a word in XLA_FLAGS that is
+not a flag stops XLA's parser silently, so the driver refuses one.
 
 By default both precisions run: float32, then mixed bfloat16 (keras_vit
 under the `mixed_bfloat16` policy, the references under
@@ -43,6 +48,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import common  # noqa: E402
+import xla_flags  # noqa: E402
+
+# Set by child_env when a worker runs on fewer CPUs than the driver may use; run_worker applies it.
+CPUS_VARIABLE = "KERAS_VIT_BENCH_CPUS"
 
 # "hf[keras env]" is Hugging Face again, on the keras_vit env's torch build
 # (timm cannot run there: it needs torchvision, which needs the reference
@@ -77,24 +86,51 @@ def runs_in(framework, variant, precision):
     if (framework, variant) in UNAVAILABLE:
         return False
     return not is_compiled(framework) or (variant in COMPILED_VARIANTS and precision == "float32")
-def child_env(threads):
-    """One environment for every worker: same thread counts, same OPENBLAS_* (inherited)."""
+def worker_cpus(threads):
+    """The CPUs a worker may use: the first `threads` allowed ones, or `None` (all) when there are no more.
+
+    XLA has no thread-count flag: jax's CPU client makes one pool thread per
+    CPU the process may run on. So a thread count below the CPUs allowed is
+    set as CPU affinity, and given to every worker alike (torch and
+    TensorFlow also get their thread counts).
+    """
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return None if not allowed or threads >= len(allowed) else allowed[:threads]
+
+
+def child_env(threads, xla_flag_text=None):
+    """One environment for every worker: same thread counts, same OPENBLAS_* and XLA_FLAGS (inherited)."""
     env = dict(os.environ)
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS"):
         env[name] = str(threads)
     env["TF_NUM_INTEROP_THREADS"] = "1"
-    # XLA's CPU thread pool (jax) sized like the others.
-    multi = "true" if threads > 1 else "false"
-    xla = f"--xla_cpu_multi_thread_eigen={multi} intra_op_parallelism_threads={threads}"
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + xla).strip()
+    # The caller's own XLA flags pass through, checked: a word that is not a flag would silently switch
+    # off every flag after it. Nothing is added for threads (XLA has no such flag; see worker_cpus).
+    flags = xla_flags.build(env.get("XLA_FLAGS", "") if xla_flag_text is None else xla_flag_text)
+    if flags:
+        env["XLA_FLAGS"] = flags
+    else:
+        env.pop("XLA_FLAGS", None)
+    cpus = worker_cpus(threads)
+    if cpus:
+        env[CPUS_VARIABLE] = ",".join(map(str, cpus))
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
+def xla_line(result):
+    """What an XLA worker received in XLA_FLAGS and the options XLA read back (its probe's dump)."""
+    parsed = " ".join(f"--{name}={value}" for name, value in sorted(result["xla_parsed"].items()))
+    return f"XLA_FLAGS received: {result.get('xla_flags') or '(none)'!r}; XLA's options in force: {parsed or '(defaults)'}"
+
+
 def run_worker(command, env, log):
+    cpus = env.get(CPUS_VARIABLE)
+    # Affinity is set in the child before it starts Python (what `taskset -c` does).
+    pin = (lambda: os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])) if cpus else None
     start = time.perf_counter()
-    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, preexec_fn=pin)
     elapsed = time.perf_counter() - start
     log.write(f"$ {' '.join(command)}\n{proc.stdout}\n{proc.stderr}\n")
     for line in proc.stdout.splitlines():
@@ -213,7 +249,10 @@ def host_lines(summary):
         f"host: {m.get('cpu')}, {m.get('nproc')} logical CPUs, {m.get('memory_gib', '?')} GiB; flags: {flags}; "
         f"device: {summary.get('device', 'cpu')}",
         f"threads per framework: {summary['threads']}; allowed CPUs: {placement.get('affinity', '?')}; "
+        f"worker CPUs: {summary.get('worker_cpus') or 'all allowed'}; "
         f"load average at start: {summary.get('load_at_start', '?')}",
+        f"XLA_FLAGS given to every worker: {summary.get('xla_flags') or '(none)'} "
+        "(each XLA worker's line shows the options XLA read back)",
         "float32 2048x2048 matmul GFLOP/s, each framework's own: "
         + ", ".join(f"{name} {value:.0f}" for name, value in sorted(rates.items(), key=lambda kv: -kv[1])),
     ]
@@ -634,7 +673,10 @@ def main(argv=None):
     if args.first_prediction != "none" and args.first_prediction not in BATCHES:
         parser.error(f"unknown --first-prediction variant {args.first_prediction!r}; choose from "
                      f"{', '.join(BATCHES)} or none")
-    env = child_env(args.threads)
+    try:
+        env = child_env(args.threads)
+    except ValueError as error:
+        parser.error(str(error))
     accelerators = check_device(args, env) if args.device == "gpu" else None
     os.makedirs(args.output_dir, exist_ok=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -650,6 +692,8 @@ def main(argv=None):
         "device": args.device,
         "accelerators": accelerators,
         "threads": args.threads,
+        "worker_cpus": env.get(CPUS_VARIABLE),
+        "xla_flags": env.get("XLA_FLAGS", ""),
         "jit_compile": args.jit_compile,
         "optimizer": args.optimizer,
         "precisions": precisions,
@@ -684,6 +728,8 @@ def main(argv=None):
                         )
                         print(f"[{time.perf_counter() - started:6.0f}s] {precision} {variant} {framework} round "
                               f"{round_index + 1}: {status} (load {common.load_average():.1f})", flush=True)
+                        if result.get("xla_parsed") is not None:
+                            print(f"         {xla_line(result)}", flush=True)
                 # Keep what is done so far if the run is cut short.
                 with open(partial_path, "w") as f:
                     json.dump({**summary, "raw_tables": raw}, f, indent=1)
