@@ -550,7 +550,7 @@ def writers():
 def broken_writers():
     """Writers known to be wrong, to show the harness fails on them (plain files: a case costs little)."""
     def content(model):
-        return json.dumps([float(value) for value in model.get_weights()[0].ravel()]).encode()
+        return b"".join(weights.tobytes() for weights in model.get_weights())
 
     def prepare(root, models):
         os.makedirs(os.path.join(root, "out"))
@@ -1002,8 +1002,17 @@ def main(argv=None):
     import keras
 
     backend = keras.backend.backend()
-    names = [writer.name for writer in writers() if writer.backend in (None, backend)] if args.writers == "all" \
-        else args.writers.split(",")
+    known = {writer.name: writer for writer in writers() + broken_writers()}
+    asked = list(known) if args.writers == "all" else args.writers.split(",")
+    unknown = [name for name in asked if name not in known]
+    if unknown:
+        parser.error(f"unknown writer(s) {', '.join(unknown)}; the writers are {', '.join(known)}")
+    # Each writer runs in the driver of its backend: torch (forked per case) unless it names another.
+    names = [name for name in asked if (known[name].backend or "torch") == backend
+             and (args.writers != "all" or not name.startswith("broken-"))]
+    if not names:
+        print(f"(no writer of {', '.join(asked)} runs in a {backend} driver)")
+        return 0
     plan = {name: {mode: args.every for mode in args.modes.split(",")} for name in names}
     if args.plan == "ci":
         plan = CI_PLAN
