@@ -294,8 +294,13 @@ def is_staging(relative):
     return any(_STAGING_MARK in part for part in relative.split(os.sep))
 
 
-def snapshot(root):
-    """`{relative path: (type, mode, content)}` of everything under `root` (links not followed)."""
+def snapshot(root, graphs=()):
+    """`{relative path: (type, mode, content)}` of everything under `root` (links not followed).
+
+    An output in `graphs` is an exported graph whose bytes differ between two exports of one model (a
+    SavedModel's graph holds names made at random): its files count by name and mode, and what the graph
+    computes (loaded and run on fixed images) stands for their content.
+    """
     state = {}
     for directory, directories, names in os.walk(root):
         directories.sort()
@@ -313,7 +318,26 @@ def snapshot(root):
                     state[relative] = ("file", mode, _canonical_bytes(file.read(), name))
             else:
                 state[relative] = ("other", mode, None)
+    for output in graphs:
+        for key, (kind, mode, _) in list(state.items()):
+            if _under(key, output) and kind == "file" and not key.endswith(".json"):
+                state[key] = (kind, mode, None)
+        if os.path.isdir(os.path.join(root, output)):
+            state[os.path.join(output, "<what the graph computes>")] = ("graph", None,
+                                                                         _graph_outputs(os.path.join(root, output)))
     return state
+
+
+def _graph_outputs(directory):
+    import numpy as np
+
+    from keras_vit.workflows.export import run_exported
+
+    images = np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype("float32")
+    try:
+        return np.round(np.asarray(run_exported(directory, "saved_model", images), "float64"), 4).tolist()
+    except Exception as error:  # noqa: BLE001 - a graph that does not load is not whole
+        return f"does not load: {type(error).__name__}"
 
 
 def _under(relative, output):
@@ -340,12 +364,13 @@ class Writer:
         path: the relative path a clear error must name (defaults to the first output).
         no_exchange: bool. The system has no `renameat2` exchange (EINVAL): the fallback of two renames.
         backend: str or `None`. The only backend the writer runs on here (a driver of that backend runs it).
+        graphs: outputs that are exported graphs, compared by what they compute (see `snapshot`).
     """
 
     def __init__(self, name, outputs, prepare, write, user_inside=(), cli=False, path=None, no_exchange=False,
-                 backend=None):
+                 backend=None, graphs=()):
         self.name, self.outputs, self.prepare, self.write = name, list(outputs), prepare, write
-        self.backend = backend
+        self.backend, self.graphs = backend, tuple(graphs)
         self.user_inside = tuple(user_inside)
         self.cli, self.path, self.no_exchange = cli, path or outputs[0], no_exchange
 
@@ -377,6 +402,8 @@ def build_models():
         backbone = keras_vit.ViTBackbone(image_size=8, patch_size=4, hidden_dim=16, num_layers=1, num_heads=2,
                                          mlp_dim=32)
         model = keras_vit.ViTClassifier(backbone, num_classes=3)
+        for variable in model.trainable_variables:  # the head starts at zero: two models must compute apart
+            variable.assign(variable + keras.random.normal(variable.shape, seed=seed + 100) * 0.1)
         if lora:
             model.enable_lora(2)
             for variable in model.trainable_variables:  # B starts at zero: give both files distinct factors
@@ -535,7 +562,8 @@ def writers():
         Writer("huggingface", ["out/hf"], huggingface_prepare, huggingface_write,
                user_inside=("out/hf/README.md", "out/hf/notes", "out/hf/notes/today.txt")),
         Writer("timm", ["out/model.safetensors"], timm_prepare, timm_write),
-        Writer("export-saved_model", ["out/graph"], export_prepare, export_write, backend="tensorflow"),
+        Writer("export-saved_model", ["out/graph"], export_prepare, export_write, backend="tensorflow",
+               graphs=["out/graph"]),
         Writer("epoch-backup", ["run/backup", "run/.keras_vit.json"], backup_prepare, backup_write,
                user_inside=("run/backup/NOTES.md",), path="run/backup"),
         Writer("lora", ["out/adapter.lora.npz"], lora_prepare, lora_write),
@@ -775,13 +803,13 @@ class WriterRun:
         with _quiet():
             writer.prepare(self.pristine, models)
         os.makedirs(os.path.join(self.pristine, TEMP), exist_ok=True)
-        self.old = snapshot(self.pristine)
+        self.old = snapshot(self.pristine, self.writer.graphs)
         _restore(self.pristine, self.root)
         report = _run_child(writer, self.root, models)
         if report.get("status") != "ok":
             raise RuntimeError(f"{writer.name}: the clean save failed: {report}")
         self.calls = report["calls"]
-        self.new = snapshot(self.root)
+        self.new = snapshot(self.root, self.writer.graphs)
         if all(_part(self.old, output) == _part(self.new, output) for output in writer.outputs):
             raise RuntimeError(f"{writer.name}: the new output equals the old one; the harness could not tell "
                                "them apart")
@@ -791,7 +819,7 @@ class WriterRun:
         writer, root = self.writer, self.root
         _restore(self.pristine, root)
         report = _run_child(writer, root, self.models, mode, at)
-        after = snapshot(root)
+        after = snapshot(root, writer.graphs)
         verdict = dict.fromkeys(PROPERTIES)
         if report.get("status") in ("timeout", "harness-error"):
             verdict["whole"] = f"child {report['status']}: {report.get('message', '')}"
@@ -809,7 +837,7 @@ class WriterRun:
         if mode in ("enospc", "eacces"):
             verdict["clear_error"] = self._clear_error(report)
         rerun = _run_child(writer, root, self.models)
-        final = snapshot(root)
+        final = snapshot(root, writer.graphs)
         if rerun.get("status") != "ok":
             verdict["rerun"] = f"the rerun failed: {rerun.get('error_type', '')} {rerun.get('message', '')}" \
                                f"{rerun.get('output', '')[-300:] if writer.cli else ''}".strip()
@@ -825,7 +853,8 @@ class WriterRun:
         if left:
             verdict["unblocked"] = f"left after the rerun: {', '.join(left)}"
         temp_left = sorted(key for key in final if _under(key, TEMP) and key != TEMP and not is_staging(key))
-        return {"temp_left": temp_left[:3],"mode": mode, "at": at, "call": self.calls[at - 1], "status": report.get("status"),
+        return {"temp_left": temp_left[:3], "mode": mode, "at": at, "call": self.calls[at - 1],
+                "status": report.get("status"),
                 "error": (report.get("error_type", "") + " " + report.get("message", "")).strip()[:300],
                 "verdict": verdict}
 
@@ -953,7 +982,8 @@ def run(plan, base=None, models=None, progress=None, all_writes=False):
 
 def table(results):
     """writer | calls | cases per mode | holding | failing (by property)."""
-    lines = [f"| writer | calls counted | kill | ENOSPC | EACCES | holding | failing |", "|---|---|---|---|---|---|---|"]
+    lines = ["| writer | calls counted (distinct) | kill | ENOSPC | EACCES | holding | failing (mode:property at calls) |",
+             "|---|---|---|---|---|---|---|"]
     for name, result in results.items():
         cells = []
         held = failed = 0
@@ -969,7 +999,8 @@ def table(results):
                     if problem:
                         broken.setdefault(f"{mode}:{prop}", []).append(case["at"])
         failing = "; ".join(f"{key} at {_ranges(calls)}" for key, calls in broken.items()) or "-"
-        lines.append(f"| {name} | {len(result['calls'])} | {' | '.join(cells)} | {held} | {failing} |")
+        counted = f"{len(result['calls'])} ({len(distinct_calls(result['calls']))})"
+        lines.append(f"| {name} | {counted} | {' | '.join(cells)} | {held} | {failing} |")
     return "\n".join(lines)
 
 
@@ -986,7 +1017,8 @@ def _ranges(numbers):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tests.reliability.fault_harness", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.reliability.fault_harness",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--writers", default="all", help="comma-separated writer names, or all")
     parser.add_argument("--plan", choices=("ci",), help="the fixed sample CI runs (ignores the options above)")
     parser.add_argument("--modes", default=",".join(MODES))
