@@ -982,7 +982,7 @@ def run(plan, base=None, models=None, progress=None, all_writes=False):
 
 def table(results):
     """writer | calls | cases per mode | holding | failing (by property)."""
-    lines = ["| writer | calls counted (distinct) | kill | ENOSPC | EACCES | holding | failing (mode:property at calls) |",
+    lines = ["| writer | calls counted (distinct) | kill | ENOSPC | EACCES | holding | failing |",
              "|---|---|---|---|---|---|---|"]
     for name, result in results.items():
         cells = []
