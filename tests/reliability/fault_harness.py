@@ -961,10 +961,14 @@ def choose_calls(calls, every=1, offset=0, all_writes=False):
     return distinct_calls(calls, all_writes)[offset % every::every]
 
 
-def run(plan, base=None, models=None, progress=None, all_writes=False):
-    """Run `plan` (`{writer name: {mode: every}}`); return `{writer: {"calls": [...], "cases": [...]}}`."""
+def run(plan, base=None, models=None, progress=None, all_writes=False, json_path=None):
+    """Run `plan` (`{writer name: {mode: every}}`); return `{writer: {"calls": [...], "cases": [...]}}`.
+
+    With `json_path`, the results so far are written there after each writer (a long run keeps what it did).
+    """
     models = models or build_models()
     by_name = {writer.name: writer for writer in writers() + broken_writers()}
+    own_base = base is None
     base = base or tempfile.mkdtemp(prefix="keras_vit-harness-")
     results = {}
     for name, modes in plan.items():
@@ -976,7 +980,12 @@ def run(plan, base=None, models=None, progress=None, all_writes=False):
                 if progress:
                     progress(name, cases[-1])
         results[name] = {"calls": sandbox.calls, "cases": cases}
+        if json_path:
+            with builtins.open(json_path, "w") as file:
+                json.dump(results, file, indent=1)
         shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    if own_base:
+        shutil.rmtree(base, ignore_errors=True)
     return results
 
 
@@ -1050,7 +1059,7 @@ def main(argv=None):
         plan = CI_PLAN
     started = time.monotonic()
     results = run(plan, progress=lambda name, case: print(".", end="", flush=True, file=sys.stderr),
-                  all_writes=args.all_writes)
+                  all_writes=args.all_writes, json_path=args.json)
     print(file=sys.stderr)
     print(table(results))
     print(f"\n{sum(len(r['cases']) for r in results.values())} cases in {time.monotonic() - started:.0f} s")
