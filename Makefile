@@ -10,7 +10,7 @@ BACKENDS := tensorflow jax torch
 # worker, so its module-scoped fixtures (a trained job, a built model) run once. PYTEST_ARGS="-n 0" runs serially.
 XDIST := -n 2 --dist loadscope
 
-.PHONY: help demo test test-tensorflow test-jax test-torch test-differential install reference-env bench clean
+.PHONY: help demo test test-tensorflow test-jax test-torch test-differential test-writers install reference-env bench clean
 
 # The first target: `make` alone lists the others.
 help:
@@ -19,6 +19,7 @@ help:
 	@echo "make test-jax        one backend (also test-tensorflow, test-torch); PYTEST_ARGS=... passes options"
 	@echo "make test-differential  N processes against one on every engine, drawn configurations, a table"
 	@echo "                     (DIFFERENTIAL_CASES=60, DIFFERENTIAL_SEED=...; ~1-2 min a configuration on 2 cores)"
+	@echo "make test-writers    kill / ENOSPC / EACCES at every file-system call of every writer; prints a table"
 	@echo "make install         create .venv: the package with all three backends and the test tools (~4 GB)"
 	@echo "make bench           speed and memory against timm and Hugging Face (builds .venv-ref, ~6 GB; ~15 min)"
 	@echo "make reference-env   only the side environment with timm (.venv-ref), for fixtures and benchmarks"
@@ -54,6 +55,18 @@ DIFFERENTIAL_CASES ?= 60
 DIFFERENTIAL_SEED ?=
 test-differential: $(STAMP)
 	$(PY) -m tests.distribution.differential --cases $(DIFFERENTIAL_CASES) $(if $(DIFFERENTIAL_SEED),--seed $(DIFFERENTIAL_SEED))
+
+# Every writer at every file-system call it makes (counted): killed there, or that call failing with ENOSPC,
+# or with EACCES; then the checks of tests/reliability/fault_harness.py. Prints a table (writer, calls, cases
+# per mode, holding, failing); CI runs a sample of it (tests/reliability/test_every_call.py). The writers run
+# in a torch process forked per case; the SavedModel export, which Keras makes from TensorFlow only and which
+# cannot run in a fork, in a new TensorFlow process per case. HARNESS_ARGS="--writers preset --modes kill" etc.
+test-writers: $(STAMP)
+	@status=0; \
+	KERAS_BACKEND=torch $(PY) -m tests.reliability.fault_harness $(HARNESS_ARGS) || status=1; \
+	KERAS_BACKEND=tensorflow $(PY) -m tests.reliability.fault_harness --writers export-saved_model $(HARNESS_ARGS) \
+		|| status=1; \
+	exit $$status
 
 # Side environment with timm (needs a CUDA build of torch for torchvision): fixtures and benchmarks only.
 $(REF_STAMP): requirements/reference.txt
