@@ -48,6 +48,55 @@ _MAX_HEADER_BYTES = 100_000_000
 JSON_METADATA_KEYS = ("keras_vit_config",)
 
 
+def read_json_file(path, where=None):
+    """The JSON object in the file `path`, or a `ValueError` that names the file and what is wrong with it.
+
+    Every config a checkpoint directory holds (`config.json`, `metadata.json`,
+    `preprocessor_config.json`, keras-hub's `task.json`) is read here, so a
+    directory in the file's place, an empty file, bytes that are not UTF-8,
+    truncated JSON or another JSON value than an object get one kind of
+    error, naming the file, not a raw `IsADirectoryError` or
+    `JSONDecodeError` without a path.
+
+    Args:
+        path: str or path-like. The file.
+        where: str or `None`. The handle the file was reached from, named
+            in the message when it is not the file's own directory.
+
+    Returns:
+        A dict.
+
+    Raises:
+        ValueError: the file is missing, not a regular file, empty, not
+            UTF-8 JSON, or holds another value than an object.
+    """
+    path = os.fspath(path)
+    name = quote(path) + (f" (from {where})" if where and not path.startswith(os.fspath(where)) else "")
+    fix = "Restore it from where the model came from, or save the model again."
+    if os.path.isdir(path):
+        raise ValueError(f"{name} is a directory, not a file: a JSON file belongs there. {fix}")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise ValueError(f"{name} does not exist. {fix}") from None
+    except OSError as error:
+        raise ValueError(f"{name} cannot be read ({error.strerror or error}).") from None
+    if not data.strip():
+        raise ValueError(f"{name} is empty{' (0 bytes)' if not data else ''}: the write that made it did not "
+                         f"finish. {fix}")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{name} is not valid JSON: it is not UTF-8 text ({error.reason} at byte "
+                         f"{error.start}). {fix}") from None
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise ValueError(f"{name} is not valid JSON ({error}): it is truncated or damaged. {fix}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must hold a JSON object. Received: {type(value).__name__}. {fix}")
+    return value
+
+
 def pickle_refusal(path):
     """The error raised for a PyTorch pickle: why, and how to convert it.
 

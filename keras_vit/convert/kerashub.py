@@ -14,9 +14,9 @@ import re
 
 import numpy as np
 
-from keras_vit.convert.io import CONFIG_FILE
+from keras_vit.convert.io import CONFIG_FILE, read_json_file
 from keras_vit.convert.model_map import build_model
-from keras_vit.utils.files import quote, read_json_object
+from keras_vit.utils.files import quote
 
 WEIGHTS_FILE = "model.weights.h5"
 TASK_FILE = "task.json"
@@ -76,7 +76,7 @@ def _pixel_arguments(directory):
         path = os.path.join(directory, name)
         if not os.path.exists(path):
             continue
-        document = read_json_object(path)
+        document = read_json_file(path)
         config = document.get("config", {})
         if "image_converter" in config:  # preprocessor.json nests the converter
             config = config["image_converter"].get("config", {})
@@ -165,14 +165,14 @@ def load_kerashub_preset(directory, include_head=True, image_size=None, activati
     """
     directory = os.fspath(directory)
     where = f"The keras-hub preset {quote(directory)}"
-    backbone_config = _backbone_arguments(read_json_object(os.path.join(directory, CONFIG_FILE)), where)
+    backbone_config = _backbone_arguments(read_json_file(os.path.join(directory, CONFIG_FILE)), where)
     backbone_config.update(_pixel_arguments(directory))
     tensors = _read_h5(os.path.join(directory, WEIGHTS_FILE))
     state = kerashub_to_timm(tensors, where)
     head_config = None
     task_path = os.path.join(directory, TASK_FILE)
     if include_head and os.path.exists(task_path):
-        task = read_json_object(task_path)
+        task = read_json_file(task_path)
         config = task.get("config", {})
         if task.get("class_name") != "ViTImageClassifier":
             raise ValueError(f"{where}: task.json holds a {task.get('class_name')!r}; keras_vit loads "

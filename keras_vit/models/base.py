@@ -105,7 +105,7 @@ class ViTModel(InputChecks, LowRankAdaptation, Quantization, Rematerialisation):
             if isinstance(config.get(key), dict):
                 config[key] = deserialize_model(config[key])
         if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+            config["dtype"] = dtype_policy_from_config(config["dtype"], cls.__name__)
         return cls(**config)
 
     def compile_from_config(self, config):
@@ -142,6 +142,57 @@ class ViTModel(InputChecks, LowRankAdaptation, Quantization, Rematerialisation):
         from keras_vit import presets
 
         presets.save_to_preset(self, directory, **metadata)
+
+
+def _policy(entry, owner, where):
+    """One dtype policy of a serialized config, or a ValueError naming where it sits."""
+    try:
+        policy = None if entry is None else keras.dtype_policies.get(entry)  # get(None): the global policy
+    except Exception as error:  # noqa: BLE001 - Keras raises ValueError, TypeError or AttributeError here
+        policy, reason = None, f" ({error})"
+    else:
+        reason = ""
+    if not isinstance(policy, keras.dtype_policies.DTypePolicy) or isinstance(
+            policy, keras.dtype_policies.DTypePolicyMap):
+        raise ValueError(f"`dtype` of {owner}: {where} is not a Keras dtype policy{reason}. A policy is a name "
+                         "such as 'float32' or 'mixed_bfloat16', or a serialized DTypePolicy / "
+                         f"QuantizedDTypePolicy. Received: {entry!r}")
+    return policy
+
+
+def dtype_policy_from_config(value, owner):
+    """The dtype policy of a serialized model config, each entry of a `DTypePolicyMap` checked.
+
+    Keras deserializes a `DTypePolicyMap` without looking at its entries: an
+    entry `"no_such_policy"` loads, and the model then fails as it is built
+    with `AttributeError: 'str' object has no attribute 'quantization_mode'`.
+    Here every entry becomes a policy or a `ValueError` naming its layer.
+
+    Args:
+        value: dict. A serialized `DTypePolicy`, `QuantizedDTypePolicy` or
+            `DTypePolicyMap`.
+        owner: str. The model class, named in errors.
+
+    Returns:
+        A `keras.DTypePolicy` or `keras.dtype_policies.DTypePolicyMap`.
+
+    Raises:
+        ValueError: naming the entry that is not a policy.
+    """
+    if value.get("class_name") != "DTypePolicyMap":
+        return _policy(value, owner, "the policy")
+    config = value.get("config")
+    policies = config.get("policy_map") if isinstance(config, dict) else None
+    if not isinstance(policies, dict):
+        raise ValueError(f"`dtype` of {owner}: a DTypePolicyMap holds a `policy_map` object of layer paths and "
+                         f"policies. Received: {str(value)[:200]}")
+    default = config.get("default_policy")
+    if default is not None:
+        _policy(default, owner, "its default_policy")
+    policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=default)
+    for path, entry in policies.items():
+        policy_map[path] = _policy(entry, owner, f"the policy of layer {path!r}")
+    return policy_map
 
 
 def deserialize_model(config):

@@ -13,6 +13,9 @@ Dense's path inside its model (`transformer_block_0/attention/qkv`), so the
 file of a classifier fits its backbone too.
 """
 
+import os
+import zipfile
+
 import numpy as np
 import keras
 
@@ -22,6 +25,44 @@ from keras_vit.utils.values import check_count, check_number
 
 RANK_KEY, ALPHA_KEY = "lora/rank", "lora/alpha"
 FACTORS = ("lora_kernel_a", "lora_kernel_b")
+_GIVE = "Give a file written by `model.save_lora_weights`."
+
+
+def _described(array):
+    return f"shape {tuple(array.shape)}, dtype {array.dtype}" + (f", value {array.item()!r}" if array.size == 1 else "")
+
+
+def read_lora_file(path):
+    """The arrays of a LoRA weights file, or a `ValueError` naming the file and what is wrong with it.
+
+    The file is an `.npz` archive of plain arrays, read with
+    `allow_pickle=False`; a missing, empty, truncated or foreign file (a
+    directory, a single `.npy` array, pickled objects) is refused here
+    rather than surfacing as numpy's `EOFError`, `BadZipFile` or `TypeError`.
+
+    Args:
+        path: str or path-like.
+
+    Returns:
+        A dict of numpy arrays.
+    """
+    name = repr(os.fspath(path))
+    if not os.path.exists(path):
+        raise ValueError(f"{name} does not exist. {_GIVE}")
+    if os.path.isdir(path):
+        raise ValueError(f"{name} is a directory, not a LoRA weights file. {_GIVE}")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{name} is empty (0 bytes): the save that wrote it did not finish. {_GIVE}")
+    try:
+        stored = np.load(path, allow_pickle=False)
+        if not isinstance(stored, np.lib.npyio.NpzFile):
+            raise ValueError(f"it holds one array ({_described(np.asarray(stored))}), not an .npz archive of "
+                             "named factors")
+        with stored:
+            return {key: np.asarray(stored[key]) for key in stored.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{name} is not a LoRA weights file (an .npz of plain arrays): {error}. The file is "
+                         f"damaged or of another kind. {_GIVE}") from None
 
 
 def transformer_blocks(model):
@@ -155,21 +196,18 @@ class LowRankAdaptation:
                 (the kernels are the base, e.g. the preset fine-tuned from).
 
         Raises:
-            ValueError: the file is not a LoRA weights file, or its rank or
-                layers or shapes do not fit this model.
+            ValueError: the file is not a LoRA weights file, its rank or
+                layers or shapes do not fit this model, or a factor holds
+                NaN or infinite values (a diverged run: a model with them
+                predicts NaN). The model is left as it was.
 
         Example:
 
         >>> model = keras_vit.ViTClassifier.from_preset("vit_b16_augreg_in21k", num_classes=5)
         >>> model.load_lora_weights("flowers.lora.npz")
         """
-        try:
-            with np.load(path, allow_pickle=False) as stored:
-                arrays = {key: stored[key] for key in stored.files}
-        except (OSError, ValueError) as error:
-            raise ValueError(f"{str(path)!r} is not a LoRA weights file (an .npz of plain arrays): {error}. "
-                             "Give a file written by `model.save_lora_weights`.") from error
-        self.set_lora_weights(arrays, kernels_merged=kernels_merged, source=repr(str(path)))
+        arrays = read_lora_file(path)
+        self.set_lora_weights(arrays, kernels_merged=kernels_merged, source=repr(os.fspath(path)))
 
     def set_lora_weights(self, arrays, kernels_merged=False, source="The LoRA weights"):
         """Set the LoRA factors from a dict in the layout of `lora_weights()`.
@@ -179,16 +217,14 @@ class LowRankAdaptation:
             kernels_merged: bool. As in `load_lora_weights`.
             source: str. What the arrays came from, for the messages.
         """
-        if RANK_KEY not in arrays or ALPHA_KEY not in arrays:
-            raise ValueError(f"{source} is not a LoRA weights file: it has no {RANK_KEY!r} and {ALPHA_KEY!r}. "
-                             "Give a file written by `model.save_lora_weights`.")
-        rank, alpha = int(arrays[RANK_KEY]), float(arrays[ALPHA_KEY])
+        rank, alpha = _rank_and_alpha(arrays, source)
         layers = self.lora_layers()
         if self.lora_enabled and layers[0].lora_rank != rank:
             raise ValueError(f"{source} holds LoRA factors of rank {rank}, but this model has LoRA of rank "
                              f"{layers[0].lora_rank}. Load it on a model without LoRA (it is enabled for you) "
                              f"or one made with `enable_lora({rank}, alpha={alpha:g})`.")
         self._check_lora_arrays(arrays, layers, rank, source)
+        _check_factor_values(arrays, source)
         if kernels_merged and not self.lora_enabled:
             raise ValueError("`kernels_merged=True` takes the factors out of kernels that hold them merged, "
                              "so LoRA must be enabled before the merged weights load. Call "
@@ -228,5 +264,40 @@ class LowRankAdaptation:
                 f"for layers this model lacks: {', '.join(extra[:4])}" if extra else "",
                 ", ".join(f"{key} {tuple(arrays[key].shape)} instead of {expected[key]}" for key in wrong[:4]),
             ) if part)
-            raise ValueError(f"{source} does not fit this model ({details}). It was saved from another "
-                             "architecture; load it on the model it was trained with (same variant and blocks).")
+            raise ValueError(f"{source} does not fit this model with its {RANK_KEY!r} of {rank} ({details}). It was "
+                             "saved from another architecture, or damaged; load it on the model it was trained with "
+                             "(same variant and blocks).")
+
+
+def _rank_and_alpha(arrays, source):
+    """The file's rank (a positive integer scalar) and alpha (a finite real scalar), each checked."""
+    missing = [key for key in (RANK_KEY, ALPHA_KEY) if key not in arrays]
+    if missing:
+        raise ValueError(f"{source} is not a LoRA weights file: it has no {' and no '.join(map(repr, missing))}. "
+                         f"{_GIVE}")
+    rank, alpha = np.asarray(arrays[RANK_KEY]), np.asarray(arrays[ALPHA_KEY])
+    if rank.shape != () or rank.dtype.kind not in "iu" or int(rank) <= 0:
+        raise ValueError(f"{source}: {RANK_KEY!r} must be a positive integer scalar. Received: {_described(rank)}. "
+                         f"The file is damaged. {_GIVE}")
+    if alpha.shape != () or alpha.dtype.kind not in "iuf" or not np.isfinite(alpha):
+        raise ValueError(f"{source}: {ALPHA_KEY!r} must be a finite real scalar. Received: {_described(alpha)}. "
+                         f"The file is damaged. {_GIVE}")
+    return int(rank), float(alpha)
+
+
+def _check_factor_values(arrays, source):
+    """Refuse factors that are not floating point, or hold NaN or infinity, naming each."""
+    factors = {key: np.asarray(value) for key, value in arrays.items() if key not in (RANK_KEY, ALPHA_KEY)}
+    not_float = sorted(f"{key} ({value.dtype})" for key, value in factors.items() if value.dtype.kind != "f")
+    if not_float:
+        raise ValueError(f"{source}: LoRA factors hold floating-point numbers, but {', '.join(not_float[:4])} "
+                         f"do not. The file is damaged. {_GIVE}")
+    bad = sorted(f"{key} ({int(value.size - np.isfinite(value).sum())} of {value.size} values)"
+                 for key, value in factors.items() if not np.isfinite(value).all())
+    if bad:
+        raise ValueError(
+            f"{source} has LoRA factors that are NaN or infinite: {', '.join(bad[:4])}"
+            + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+            + ". A model with them predicts NaN. The training run that wrote it diverged or the file is damaged; "
+            "load the factors of an earlier epoch, or train again with a lower learning rate."
+        )

@@ -19,17 +19,20 @@ readers directly: `convert` holds only converters and never imports it.
 """
 
 import dataclasses
+import json
 import os
 
 import keras_vit.models  # noqa: F401  (registers the classes a .keras file names, for read_keras_file)
 from keras_vit.convert.huggingface import from_huggingface, is_huggingface_state_dict
-from keras_vit.convert.io import CONFIG_FILE, PICKLE_SUFFIXES, pickle_refusal, read_npz, read_safetensors_with_metadata
+from keras_vit.convert.io import (CONFIG_FILE, PICKLE_SUFFIXES, pickle_refusal, read_json_file, read_npz,
+                                  read_safetensors_with_metadata)
 from keras_vit.convert.kerashub import load_kerashub_preset
 from keras_vit.convert.loader import from_npz, from_timm
 from keras_vit.convert.timm import timm_config_from_metadata
-from keras_vit.presets.keras_vit_format import KERAS_VIT_FILES, load_preset_directory
-from keras_vit.utils.checks import check_keras_file
-from keras_vit.utils.files import quote, read_json_object
+from keras_vit.presets.keras_vit_format import (KERAS_VIT_FILES, check_preset_directory, load_preset_directory,
+                                                model_classes)
+from keras_vit.utils.checks import HDF5_MAGIC, check_keras_file
+from keras_vit.utils.files import quote
 
 # The weights file of a Hugging Face or timm hub directory (open_clip names its own).
 SAFETENSORS_NAMES = ("model.safetensors", "open_clip_model.safetensors")
@@ -101,10 +104,10 @@ def _weights_of_directory(directory):
 
 def read_huggingface_directory(path, *, load_weights=True, where=None, **options):
     """The `huggingface` row: a transformers ViT directory (config.json, model.safetensors, preprocessor)."""
-    config = read_json_object(os.path.join(path, CONFIG_FILE))
+    config = read_json_file(os.path.join(path, CONFIG_FILE))
     state_dict, _ = read_safetensors_with_metadata(_weights_of_directory(path))
     processor_path = os.path.join(path, PREPROCESSOR_FILE)
-    processor = read_json_object(processor_path) if os.path.exists(processor_path) else None
+    processor = read_json_file(processor_path) if os.path.exists(processor_path) else None
     return _architecture_only(from_huggingface(config, state_dict, preprocessor_config=processor, **options),
                               load_weights)
 
@@ -112,7 +115,7 @@ def read_huggingface_directory(path, *, load_weights=True, where=None, **options
 def read_timm(path, *, load_weights=True, where=None, **options):
     """The `timm` row: a hub directory (config.json with `architecture`) or a `.safetensors` state dict."""
     if os.path.isdir(path):
-        config = read_json_object(os.path.join(path, CONFIG_FILE))
+        config = read_json_file(os.path.join(path, CONFIG_FILE))
         state_dict, _ = read_safetensors_with_metadata(_weights_of_directory(path))
         return _architecture_only(from_timm(state_dict, config=config, **options), load_weights)
     state_dict, metadata = read_safetensors_with_metadata(path)
@@ -147,17 +150,70 @@ def read_keras_vit_directory(path, *, load_weights=True, where=None, **options):
     return load_preset_directory(path, load_weights=load_weights, where=where)
 
 
+# The members of a `.keras` archive that Keras reads (its metadata.json is a note Keras never reads).
+KERAS_CONFIG_MEMBER, KERAS_WEIGHTS_MEMBER = "config.json", "model.weights.h5"
+
+
+def check_keras_archive(path):
+    """The `keras` row's check before any work: the archive whole, its config JSON, its weights HDF5.
+
+    Keras reports a `config.json` member that is not JSON as a bare
+    `JSONDecodeError` and a spoiled weights member as an HDF5 "unable to
+    open" error, naming neither the file nor the member; this check names
+    both. It reads the config (small) and opens the weights member (a
+    `.keras` archive stores it uncompressed, so opening it reads its
+    superblock, not its data).
+
+    Raises:
+        ValueError: naming the file, the member and what is wrong with it.
+    """
+    import zipfile
+
+    check_keras_file(path)  # a zip archive, whole (every member's checksum), with a config.json
+    fix = "Save or download the model again."
+    with zipfile.ZipFile(path) as archive:
+        try:
+            document = json.loads(archive.read(KERAS_CONFIG_MEMBER).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+            raise ValueError(f"{quote(path)}: its member {KERAS_CONFIG_MEMBER} is not valid JSON ({error}). "
+                             f"{fix}") from None
+        if not isinstance(document, dict):
+            raise ValueError(f"{quote(path)}: its member {KERAS_CONFIG_MEMBER} must hold a JSON object. Received: "
+                             f"{type(document).__name__}. {fix}")
+        if KERAS_WEIGHTS_MEMBER not in archive.namelist():
+            return
+        import h5py
+
+        with archive.open(KERAS_WEIGHTS_MEMBER) as member:
+            head = member.read(len(HDF5_MAGIC))
+            if head != HDF5_MAGIC:
+                what = "is empty" if not head else f"is not HDF5 (it starts with {head!r})"
+                raise ValueError(f"{quote(path)}: its member {KERAS_WEIGHTS_MEMBER} {what}. {fix}")
+            member.seek(0)
+            try:
+                with h5py.File(member, "r"):
+                    pass
+            except OSError as error:
+                raise ValueError(f"{quote(path)}: its member {KERAS_WEIGHTS_MEMBER} is truncated or damaged "
+                                 f"({error}). {fix}") from None
+
+
 def read_keras_file(path, *, load_weights=True, where=None, **options):
     """The `keras` row: a whole-model `.keras` file, checked, then read in Keras' safe mode.
 
-    The archive is checked first (Keras calls a truncated one "File not
-    found"); safe mode runs no Python code from the file; the compile state
-    is not restored.
+    The archive is checked first (`check_keras_archive`: Keras calls a
+    truncated one "File not found" and a damaged member by no name); safe
+    mode runs no Python code from the file; the compile state is not
+    restored.
     """
     import keras
 
-    check_keras_file(path)
-    model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    check_keras_archive(path)
+    try:
+        model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    except Exception as error:  # noqa: BLE001 - whatever Keras raises, the file is named
+        raise ValueError(f"{quote(path)} cannot be read as a Keras model ({type(error).__name__}: {error}).") \
+            from error
     return model if load_weights or not hasattr(model, "get_config") else _architecture_only(model, False)
 
 
@@ -177,8 +233,12 @@ READ_FORMATS = {
     "keras_vit": ReadFormat(
         "a keras_vit preset directory (config.json + model.weights.h5 + metadata.json, from save_to_preset)",
         read_keras_vit_directory,
-        claims_config=lambda config: "format_version" in config and "class_name" in config,
+        # A config with its format_version, or one naming a keras_vit model whose format_version was lost
+        # (its reader then says so, rather than "not a config keras_vit can load").
+        claims_config=lambda config: "format_version" in config or (
+            isinstance(config.get("class_name"), str) and config["class_name"] in model_classes()),
         hub_files=("model.weights.h5", "metadata.json"),
+        check=check_preset_directory,
         converted=False,
     ),
     "timm": ReadFormat(
@@ -205,7 +265,7 @@ READ_FORMATS = {
         "a whole Keras model file (.keras, from model.save), read in safe mode",
         read_keras_file,
         suffixes=(".keras",),
-        check=check_keras_file,
+        check=check_keras_archive,
         converted=False,
     ),
 }
@@ -283,7 +343,7 @@ def detect_format(path):
     names = set(os.listdir(path))
     if CONFIG_FILE in names:
         config_path = os.path.join(path, CONFIG_FILE)
-        return detect_config_format(read_json_object(config_path), config_path)
+        return detect_config_format(read_json_file(config_path), config_path)
     if names & set(KERAS_VIT_FILES):
         return "keras_vit"  # its reader names the missing file
     pickles = sorted(n for n in names if n.lower().endswith(PICKLE_SUFFIXES))

@@ -19,13 +19,13 @@ what a handle names and fetches hub files.
 
 import os
 
-from keras_vit.convert.io import CONFIG_FILE
+from keras_vit.convert.io import CONFIG_FILE, read_json_file
 from keras_vit.presets import hub
 from keras_vit.presets.kaggle import parse_kaggle_handle
 from keras_vit.presets.formats import READ_FORMATS, detect_config_format
 from keras_vit.presets.registry import PRESETS
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import interrupted_save, quote, read_json_object
+from keras_vit.utils.files import interrupted_save, quote
 
 
 def describe_handles():
@@ -81,7 +81,7 @@ def hub_files(handle, revision=None, sha256=None, weights_format=None):
     # Every other file from the config's commit, so a push during the download cannot mix two versions.
     revision = hub.commit_of(config_path) or revision
     if weights_format is None:
-        weights_format = detect_config_format(read_json_object(config_path, handle), f"{handle}/{CONFIG_FILE}")
+        weights_format = detect_config_format(read_json_file(config_path, handle), f"{handle}/{CONFIG_FILE}")
     row = READ_FORMATS[weights_format]
     if not row.hub_files:
         raise ValueError(f"{handle}: {row.description} is not read from a hub repository; download the file "

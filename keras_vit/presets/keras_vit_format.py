@@ -3,12 +3,19 @@
 A preset directory holds `config.json` (`{"format_version", "class_name",
 "config"}`), `model.weights.h5` (HDF5, never a pickle) and `metadata.json`
 (versions, parameter count, date, and any extra fields such as
-`class_names`). The config is checked by the model constructors themselves
-(one source of truth), before any variable is created; errors name the file.
+`class_names`). Before a model is built, every file is checked and the
+config is checked as a file: each key the format has always carried is
+there, with a value its argument rule takes (`CONFIG_KEYS`: the rules of
+`keras_vit.utils.values` the constructors apply, or a JSON kind). The
+relations between values (the heads dividing the width) are checked by the
+model constructors themselves, before any variable is created. Every error
+names the file, and the key.
 """
 
 import contextlib
 import datetime
+import functools
+import inspect
 import json
 import os
 import platform
@@ -18,12 +25,15 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit.convert.io import CONFIG_FILE
+from keras_vit.convert.io import CONFIG_FILE, read_json_file
 from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier
+from keras_vit.models.base import dtype_policy_from_config
 from keras_vit.models.vit_classifier import check_class_names
 from keras_vit.utils.checks import check_weights_file
-from keras_vit.utils.files import Destination, claim, quote, read_json_object, write_json_file, write_model_file
+from keras_vit.utils.files import Destination, claim, quote, write_json_file, write_model_file
 from keras_vit.utils.image_resize import EVAL_TRANSFORM
+from keras_vit.utils.values import (check_count, check_number, check_optional_count, check_positive_number,
+                                    check_rate, is_int, per_channel, to_pair)
 
 WEIGHTS_FILE = "model.weights.h5"
 METADATA_FILE = "metadata.json"
@@ -37,11 +47,120 @@ def model_classes():
     return {"ViTBackbone": ViTBackbone, "ViTClassifier": ViTClassifier, "MaskedPatchPredictor": MaskedPatchPredictor}
 
 
-def validate_config(document, where="config.json"):
-    """Check the structure of a keras_vit `config.json` document.
+def _kind(test, what):
+    """A rule for a value of a JSON kind the constructors do not check (or check under another name)."""
+    def check(value, name):
+        if not test(value):
+            raise ValueError(f"`{name}` must be {what}. Received: {name}={value!r}")
+    return check
 
-    The values are checked by the model constructors when `build_preset_model`
-    runs (before any variable is created).
+
+def _or_null(rule):
+    return lambda value, name: None if value is None else rule(value, name)
+
+
+_BOOL = _kind(lambda value: isinstance(value, bool), "true or false")
+_TEXT = _kind(lambda value: isinstance(value, str), "a string")
+_LAYER = _kind(lambda value: value is None or (isinstance(value, dict) and isinstance(value.get("class_name"), str)),
+               "null or a serialized Keras layer")
+_DTYPE_KIND = _kind(lambda value: value is None or isinstance(value, str) or (
+    isinstance(value, dict) and isinstance(value.get("class_name"), str) and isinstance(value.get("config"), dict)),
+    "null, a dtype policy name or a serialized dtype policy")
+_COUNT = check_count
+_NUMBER = check_number
+_RATE = check_rate
+_FRACTION = functools.partial(check_rate, include_one=True)  # the masked patch predictor's rates
+
+
+# Every key each model has written into config.json since format_version 1, and the rule of its value, one
+# of the argument rules of `keras_vit.utils.values` the constructors apply (so a message is the same from a
+# file or a call), or a JSON kind where a constructor would take any value (a string where a bool belongs
+# counts as true) or names the value otherwise (`std`, not `pixel_std`). A key missing would be built with
+# the constructor's default (a ViT-B's 12 heads for a ViT-Ti): refused, naming the key. `OPTIONAL_KEYS` may be
+# absent (a name, the dtype policy, the class names that came after format 1): their defaults build the same
+# weights. Relations between values (heads dividing the width) stay the constructors' to check.
+CONFIG_KEYS = {
+    "ViTBackbone": {
+        "image_size": to_pair, "patch_size": to_pair, "num_channels": _COUNT, "hidden_dim": _COUNT,
+        "num_layers": _COUNT, "num_heads": _COUNT, "mlp_dim": _COUNT, "dropout": _RATE, "attention_dropout": _RATE,
+        "drop_path_rate": _RATE, "layer_norm_epsilon": check_positive_number, "use_class_token": _BOOL,
+        "num_register_tokens": functools.partial(check_count, minimum=0), "position_embedding": _TEXT,
+        "prefix_position_embedding": _BOOL, "layer_scale_init": _or_null(_NUMBER), "use_qkv_bias": _BOOL,
+        "final_norm": _BOOL, "pixel_scale": _NUMBER, "pixel_mean": per_channel,
+        "pixel_std": functools.partial(per_channel, positive=True), "stem": _LAYER,
+    },
+    "ViTClassifier": {
+        "num_classes": _COUNT, "pooling": _TEXT, "representation_size": check_optional_count, "pooled_norm": _BOOL,
+        "head_dropout": _RATE, "activation": _or_null(_TEXT),
+    },
+    "MaskedPatchPredictor": {
+        "corruption_rate": _FRACTION, "mask_rate": _FRACTION, "random_rate": _FRACTION, "target": _TEXT,
+        "color_bits": _COUNT, "seed": _or_null(_kind(is_int, "an integer")),
+    },
+}
+OPTIONAL_KEYS = {"name": _or_null(_TEXT), "dtype": _DTYPE_KIND}
+_RESAVE = "Restore it, or save the model again with `save_to_preset`."
+
+
+def _default_of(class_name, key):
+    parameter = inspect.signature(model_classes()[class_name].__init__).parameters.get(key)
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        return "it has no default"
+    return f"its default, {parameter.default!r}, would build another model than the one saved"
+
+
+def _check_keys(config, class_name, where, prefix):
+    """Every key of `class_name`'s config present, with a value its rule takes; the first fault is named."""
+    for key in CONFIG_KEYS[class_name]:
+        if key not in config:
+            raise ValueError(f"{where}: `{prefix}{key}` is missing ({class_name}'s {key}: "
+                             f"{_default_of(class_name, key)}). The file was edited or damaged. {_RESAVE}")
+    def dtype_policy(value, name):  # a name Keras knows, or each entry of a serialized policy (map) a policy
+        _DTYPE_KIND(value, name)
+        if isinstance(value, str):
+            keras.dtype_policies.get(value)
+        elif value is not None:
+            dtype_policy_from_config(value, class_name)
+
+    # The models' own rules for the dtype policy and the class names too (cheap: nothing is built).
+    rules = {**CONFIG_KEYS[class_name], **OPTIONAL_KEYS, "dtype": dtype_policy}
+    if class_name == "ViTClassifier":
+        rules["class_names"] = lambda value, name: check_class_names(value, max(config["num_classes"], 1))
+    for key, rule in rules.items():
+        if key in config:
+            try:
+                rule(config[key], key)
+            except ValueError as error:
+                raise ValueError(f"{where}: {error} (at `{prefix}{key}`). The file was edited or damaged. "
+                                 f"{_RESAVE}") from None
+
+
+def _check_format_version(document, where):
+    if "format_version" not in document:
+        raise ValueError(f"{where}: `format_version` is missing: a keras_vit preset's config.json starts with "
+                         f'"format_version": {FORMAT_VERSION}. {_RESAVE}')
+    version = document["format_version"]
+    if not is_int(version):
+        spelled = (f"the integer {FORMAT_VERSION}, not the string {version!r}" if isinstance(version, str)
+                   else f"the integer {FORMAT_VERSION}")
+        raise ValueError(f"{where}: `format_version` must be {spelled}. Received: format_version={version!r} "
+                         f"({type(version).__name__}). Write {FORMAT_VERSION} without quotes or a decimal point. "
+                         f"{_RESAVE}")
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"{where}: unsupported keras_vit preset format_version {version!r} (this keras_vit reads "
+            f"{FORMAT_VERSION}). Upgrade keras_vit, or re-save the model with `save_to_preset`."
+        )
+    if version < FORMAT_VERSION:
+        raise ValueError(f"{where}: format_version {version!r} was never written by keras_vit (the first is 1). "
+                         f"The file was edited or damaged. {_RESAVE}")
+
+
+def validate_config(document, where="config.json"):
+    """Check a keras_vit `config.json` document as a file: its structure, every key, the kinds of values.
+
+    The values' meaning is checked by the model constructors when
+    `build_preset_model` runs (before any variable is created).
 
     Args:
         document: dict. The parsed file: `{"format_version", "class_name",
@@ -52,27 +171,30 @@ def validate_config(document, where="config.json"):
         `(class_name, config)`.
 
     Raises:
-        ValueError: naming the first problem found.
+        ValueError: naming the file and the first key at fault.
     """
-    version = document.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ValueError(
-            f"{where}: unsupported keras_vit preset format_version {version!r} (this keras_vit reads "
-            f"{FORMAT_VERSION}). Upgrade keras_vit, or re-save the model with `save_to_preset`."
-        )
+    _check_format_version(document, where)
     classes = model_classes()
-    class_name = document.get("class_name")
-    if class_name not in classes:
+    if "class_name" not in document:
+        raise ValueError(f"{where}: `class_name` is missing (one of {sorted(classes)}). {_RESAVE}")
+    class_name = document["class_name"]
+    if not isinstance(class_name, str) or class_name not in classes:
         raise ValueError(f"{where}: `class_name` must be one of {sorted(classes)}. Received: class_name={class_name!r}")
-    config = document.get("config")
+    if "config" not in document:
+        raise ValueError(f"{where}: `config` is missing: it holds the model's arguments. {_RESAVE}")
+    config = document["config"]
     if not isinstance(config, dict):
         raise ValueError(f"{where}: `config` must be a JSON object. Received: {type(config).__name__}")
     if class_name != "ViTBackbone":
-        backbone = config.get("backbone")
+        if "backbone" not in config:
+            raise ValueError(f"{where}: `config.backbone` is missing: a {class_name} holds a ViTBackbone. {_RESAVE}")
+        backbone = config["backbone"]
         # Only a ViTBackbone is deserialized here: a preset never builds arbitrary Keras objects.
         if not (isinstance(backbone, dict) and backbone.get("class_name") == "ViTBackbone"
                 and isinstance(backbone.get("config"), dict)):
             raise ValueError(f"{where}: `backbone` must be a serialized ViTBackbone. Received: {str(backbone)[:200]}")
+        _check_keys(backbone["config"], "ViTBackbone", where, "config.backbone.config.")
+    _check_keys(config, class_name, where, "config.")
     return class_name, config
 
 
@@ -82,6 +204,9 @@ def build_preset_model(class_name, config, where):
         return model_classes()[class_name].from_config(config)
     except (ValueError, TypeError) as error:
         raise ValueError(f"{where}: {error}") from error
+    except Exception as error:  # noqa: BLE001 - whatever the constructors raise, the file is named
+        raise ValueError(f"{where}: the model it describes cannot be built ({type(error).__name__}: {error}). "
+                         f"{_RESAVE}") from error
 
 
 def document_of(model):
@@ -254,7 +379,8 @@ def load_keras_vit(directory, load_weights, where):
         time.sleep(0.01)  # a save beside this load: read the new directory once it is in place
 
 
-def _read_keras_vit(directory, load_weights, where):
+def _checked_files(directory, load_weights, where):
+    """`(class_name, config)` of a preset directory whose files are all there and readable, before any build."""
     config_path = os.path.join(directory, CONFIG_FILE)
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE if load_weights else None) if name
@@ -262,19 +388,39 @@ def _read_keras_vit(directory, load_weights, where):
     if missing:
         raise ValueError(f"The keras_vit preset {where} lacks {missing} (expected {list(KERAS_VIT_FILES)}).")
     file_name = f"{where}/{CONFIG_FILE}"
-    class_name, config = validate_config(read_json_object(config_path, where), where=file_name)
+    class_name, config = validate_config(read_json_file(config_path, where), where=file_name)
     metadata_path = os.path.join(directory, METADATA_FILE)
-    metadata = read_json_object(metadata_path, where) if os.path.exists(metadata_path) else {}
+    if os.path.lexists(metadata_path):
+        read_json_file(metadata_path, where)  # the versions and class names beside the model: a JSON object
     if load_weights:
         try:
             check_weights_file(weights_path)
         except ValueError as error:
             raise ValueError(f"The preset {where} is damaged: {error} Save it again with `save_to_preset`.") from None
-    model = build_preset_model(class_name, config, file_name)
+    return class_name, config
+
+
+def check_preset_directory(path):
+    """The `keras_vit` row's check before any work: every file of the preset readable, the config whole.
+
+    Raises:
+        ValueError: naming the file (and the key) at fault.
+    """
+    path = os.fspath(path)
+    _checked_files(path, True, path)
+
+
+def _read_keras_vit(directory, load_weights, where):
+    class_name, config = _checked_files(directory, load_weights, where)
+    model = build_preset_model(class_name, config, f"{where}/{CONFIG_FILE}")
     if load_weights:
+        weights_path = os.path.join(directory, WEIGHTS_FILE)
         try:
             model.load_weights(weights_path)
         except (ValueError, KeyError) as error:
             raise ValueError(f"The weights in {weights_path} do not fit the model described by its "
                              f"{CONFIG_FILE}: {error}") from error
+        except OSError as error:
+            raise ValueError(f"The preset {where} is damaged: {weights_path} cannot be read ({error}). Save it "
+                             "again with `save_to_preset`.") from error
     return model
