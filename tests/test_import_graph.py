@@ -173,6 +173,8 @@ IMPORT_CYCLES = {
         "the download's user agent names `keras_vit.__version__`; the package's `__init__` imports `presets`",
     ("keras_vit.presets.keras_vit_format", "keras_vit"):
         "a preset's metadata records `keras_vit.__version__`; the package's `__init__` imports `presets`",
+    ("keras_vit.workflows.agreement", "keras_vit"):
+        "a job's processes compare `keras_vit.__version__`; the package's `__init__` imports `workflows`",
 }
 
 IMPORTS_INSIDE_FUNCTIONS = {

@@ -16,8 +16,6 @@ import os
 import keras
 import numpy as np
 
-import keras_vit
-
 
 def _digest(value):
     """A short hex digest of a JSON value or of an array's bytes."""
@@ -109,6 +107,8 @@ def training_fingerprint(model, data, validation_data=None, settings=None):
             records); values that name local paths are compared by what
             the data's listing holds instead.
     """
+    import keras_vit  # the package's __init__ imports the workflows: its version is read when needed
+
     settings = _without_paths(settings)
     return {"the training data": data_listing(data), "the held-out data": data_listing(validation_data),
             "the model": model_description(model), "the run's settings": settings,
