@@ -80,8 +80,9 @@ def _run(args, distribution=None):
         image_size = height
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed=args.seed)
     if image_size != 8:
-        x_train = np.asarray(keras.ops.image.resize(x_train, (image_size, image_size)))
-        x_test = np.asarray(keras.ops.image.resize(x_test, (image_size, image_size)))
+        # The digits are channels-last; the default layout would follow the global image_data_format.
+        x_train = np.asarray(keras.ops.image.resize(x_train, (image_size, image_size), data_format="channels_last"))
+        x_test = np.asarray(keras.ops.image.resize(x_test, (image_size, image_size), data_format="channels_last"))
     if pretrained is not None:
         set_random_seed(args.seed)
         model = ViTClassifier(backbone=pretrained, num_classes=10)

@@ -109,14 +109,17 @@ class AugmentPolicy:
         import keras
 
         layer_seed = int(np.random.default_rng(seed).integers(2**31 - 1))
+        # The batches are channels-last; Keras' image layers would otherwise follow the global image_data_format.
+        layout = "channels_last"
         if self.randaugment:
-            images = keras.layers.RandAugment(value_range=(0, 255), seed=layer_seed)(images, training=True)
+            images = keras.layers.RandAugment(value_range=(0, 255), seed=layer_seed, data_format=layout)(
+                images, training=True)
             images = np.asarray(keras.ops.convert_to_numpy(images), dtype="float32")
         mixers = []
         if self.mixup:
-            mixers.append(keras.layers.MixUp(alpha=self.mixup, seed=layer_seed + 1))
+            mixers.append(keras.layers.MixUp(alpha=self.mixup, seed=layer_seed + 1, data_format=layout))
         if self.cutmix:
-            mixers.append(keras.layers.CutMix(factor=self.cutmix, seed=layer_seed + 2))
+            mixers.append(keras.layers.CutMix(factor=self.cutmix, seed=layer_seed + 2, data_format=layout))
         if mixers and labels is not None:
             # With both on, each batch gets one of them (as timm's Mixup switch).
             mixer = mixers[np.random.default_rng(seed).integers(len(mixers))]

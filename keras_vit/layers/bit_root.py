@@ -19,7 +19,8 @@ class BiTRoot(keras.layers.Layer):
     padding (asymmetric for even sizes), identical on every backend. This
     is the non-pre-activation root of the ViT paper's hybrids (timm
     `create_resnetv2_stem(stem_type="same", preact=False)`); the R+ViT-Ti
-    hybrid uses it alone as its stem.
+    hybrid uses it alone as its stem. Inputs are channels-last whatever
+    `keras.config.image_data_format()` says.
 
     Args:
         filters: int. Output channels. Defaults to `64`.
@@ -62,13 +63,14 @@ class BiTRoot(keras.layers.Layer):
     def call(self, inputs):
         x = ops.relu(fused.group_norm(self.norm, self.conv(inputs)))
         _, height, width, _ = x.shape
+        # The pools state their layout: by default they follow the global image_data_format.
         if height is None or width is None:
-            return ops.max_pool(x, 3, strides=2, padding="same")
+            return ops.max_pool(x, 3, strides=2, padding="same", data_format="channels_last")
         pad_h, pad_w = same_padding(height, 3, 2), same_padding(width, 3, 2)
         # Zero padding equals TF's "ignore the padded pixels" here because the
         # ReLU output is non-negative and every window holds a real pixel.
         x = ops.pad(x, ((0, 0), pad_h, pad_w, (0, 0)))
-        return ops.max_pool(x, 3, strides=2, padding="valid")
+        return ops.max_pool(x, 3, strides=2, padding="valid", data_format="channels_last")
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = self.conv.compute_output_shape(input_shape)

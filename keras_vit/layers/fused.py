@@ -139,7 +139,10 @@ def qkv_attention(qkv, num_heads, scale):
 def conv2d(inputs, kernel, strides=1):
     """A 2-D convolution of channels-last images, "valid" padding.
 
-    Reference formula: `ops.conv(inputs, kernel, strides, padding="valid")`.
+    Reference formula: `ops.conv(inputs, kernel, strides, padding="valid",
+    data_format="channels_last")`; the layout is stated because Keras'
+    default follows the global `image_data_format`, and the inputs are
+    channels-last whatever it says.
 
     On torch, Keras copies every input to channels-first and back to
     channels-last memory before each convolution (two copies of the
@@ -165,7 +168,7 @@ def conv2d(inputs, kernel, strides=1):
         w = ops.convert_to_tensor(kernel).permute(3, 2, 0, 1)  # (out, in, kh, kw)
         w = w.contiguous(memory_format=torch.channels_last)
         return torch.nn.functional.conv2d(x, w, stride=strides).permute(0, 2, 3, 1)  # (B, H', W', C')
-    return ops.conv(inputs, kernel, strides=strides, padding="valid")
+    return ops.conv(inputs, kernel, strides=strides, padding="valid", data_format="channels_last")
 
 
 def group_norm(layer, inputs):

@@ -47,6 +47,9 @@ class StdConv2D(keras.layers.Layer):
     stride-2 convolution pads one pixel less on the top/left than on the
     bottom/right, as the original JAX code and timm's `StdConv2dSame` do.
 
+    Inputs are channels-last whatever `keras.config.image_data_format()`
+    says: the layer's kernel and its saved weights have one layout.
+
     Args:
         filters: int. Output channels.
         kernel_size: int or tuple of two ints. Kernel height and width.
@@ -135,14 +138,15 @@ class StdConv2D(keras.layers.Layer):
         if self.padding == "same" and (height is None or width is None):
             # Without a static size the padding cannot be computed here; the
             # backend's own SAME rule is TF's on TF/JAX and close to it on torch.
-            outputs = ops.conv(inputs, kernel, strides=self.strides, padding="same")
+            # The layout is stated: the default follows the global image_data_format.
+            outputs = ops.conv(inputs, kernel, strides=self.strides, padding="same", data_format="channels_last")
         else:
             if self.padding == "same":
                 pad_h, pad_w = self._paddings(height, width)
                 if pad_h != (0, 0) or pad_w != (0, 0):
                     # (B, H + pad_h, W + pad_w, C): explicit, possibly asymmetric, zero padding.
                     inputs = ops.pad(inputs, ((0, 0), pad_h, pad_w, (0, 0)))
-            # ops.conv(..., padding="valid"), without Keras' layout copies on torch.
+            # ops.conv(..., padding="valid", data_format="channels_last"), without Keras' layout copies on torch.
             outputs = fused.conv2d(inputs, kernel, self.strides)
         if self.bias is not None:
             outputs = outputs + ops.cast(self.bias, outputs.dtype)

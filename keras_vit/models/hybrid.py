@@ -7,13 +7,32 @@ same `PatchEncoder` projects each patch to the token width. The builders
 here make such stems: the BiT ResNet of the paper, `keras.applications`
 CNNs, and keras-cv's `ResNetV2Backbone`. Any other Keras model that maps
 images to a 4-D feature map works as well.
+
+Images are `(batch, height, width, channels)` whatever
+`keras.config.image_data_format()` says, so every stem built here is
+channels-last: the BiT layers state their layout, and the Keras CNNs are
+built under `channels_last` (their layers take the global format when they
+are constructed and keep it in their config).
 """
+
+import contextlib
 
 import keras
 
 from keras_vit.layers.bit_bottleneck_unit import BiTBottleneckUnit
 from keras_vit.layers.bit_root import BiTRoot
 from keras_vit.utils.values import check_count, check_counts
+
+
+@contextlib.contextmanager
+def _channels_last():
+    """Construct Keras layers channels-last, then give the global image data format back."""
+    previous = keras.config.image_data_format()
+    keras.config.set_image_data_format("channels_last")
+    try:
+        yield
+    finally:
+        keras.config.set_image_data_format(previous)
 
 
 def bit_resnet_stem(
@@ -121,7 +140,8 @@ def applications_stem(application="ResNet50V2", num_channels=3, weights=None, fr
             )
     if name is not None:
         kwargs["name"] = name
-    model = constructor(include_top=False, weights=weights, input_shape=(None, None, num_channels), **kwargs)
+    with _channels_last():
+        model = constructor(include_top=False, weights=weights, input_shape=(None, None, num_channels), **kwargs)
     model.trainable = not freeze
     return model
 
@@ -163,24 +183,25 @@ def keras_cv_resnet_v2_stem(
         raise ImportError(
             "keras_cv_resnet_v2_stem needs keras-cv: `pip install keras-cv`."
         ) from error
-    if preset is not None:
-        model = keras_cv.models.ResNetV2Backbone.from_preset(
-            preset, input_shape=(None, None, num_channels), **kwargs
+    if preset is None and any(blocks < 2 for blocks in stackwise_blocks):
+        raise ValueError(
+            "keras-cv's ResNetV2Backbone needs at least 2 blocks per stack (with 1 it builds two layers "
+            f"with the same name). Received: stackwise_blocks={tuple(stackwise_blocks)}"
         )
-    else:
-        if any(blocks < 2 for blocks in stackwise_blocks):
-            raise ValueError(
-                "keras-cv's ResNetV2Backbone needs at least 2 blocks per stack (with 1 it builds two layers "
-                f"with the same name). Received: stackwise_blocks={tuple(stackwise_blocks)}"
+    with _channels_last():
+        if preset is not None:
+            model = keras_cv.models.ResNetV2Backbone.from_preset(
+                preset, input_shape=(None, None, num_channels), **kwargs
             )
-        kwargs.setdefault("include_rescaling", False)
-        model = keras_cv.models.ResNetV2Backbone(
-            stackwise_filters=list(stackwise_filters),
-            stackwise_blocks=list(stackwise_blocks),
-            stackwise_strides=list(stackwise_strides),
-            input_shape=(None, None, num_channels),
-            **kwargs,
-        )
+        else:
+            kwargs.setdefault("include_rescaling", False)
+            model = keras_cv.models.ResNetV2Backbone(
+                stackwise_filters=list(stackwise_filters),
+                stackwise_blocks=list(stackwise_blocks),
+                stackwise_strides=list(stackwise_strides),
+                input_shape=(None, None, num_channels),
+                **kwargs,
+            )
     model.trainable = not freeze
     return model
 

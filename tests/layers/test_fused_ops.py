@@ -166,7 +166,7 @@ def test_conv2d_equals_keras_conv(kernel_size, stride):
     x = rng(12).normal(size=(2, 9, 8, 3)).astype("float32")
     kernel = rng(13).normal(size=(kernel_size, kernel_size, 3, 4)).astype("float32")
     got = to_numpy(fused.conv2d(ops.convert_to_tensor(x), ops.convert_to_tensor(kernel), stride))
-    formula = ops.conv(x, kernel, strides=stride, padding="valid")
+    formula = ops.conv(x, kernel, strides=stride, padding="valid", data_format="channels_last")
     np.testing.assert_allclose(got, to_numpy(formula), atol=1e-4)
     np.testing.assert_allclose(got, _conv_numpy(x.astype("float64"), kernel, stride), atol=1e-4)
 
