@@ -25,8 +25,6 @@ _UNCLEAR = ("the error names keras_vit's hidden temporary (or no file at all), n
 _UNRECORDED = ("a kill after a file is put in place and before the marker records it leaves a file keras_vit "
                "wrote that it no longer knows as its own: the rerun refuses it as the user's")
 KNOWN = {
-    ("timm", "kill", "unblocked"): "write_safetensors stages through atomic_write, which never cleans an "
-                                   "abandoned temporary: a kill leaves `.model.safetensors.keras_vit-...tmp` for good",
     ("figures-dir", "kill", "rerun"): _UNRECORDED,
     ("figures-dir", "kill", "unblocked"): _UNRECORDED,
     ("upload", "kill", "rerun"): _UNRECORDED,
