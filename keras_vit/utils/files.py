@@ -348,6 +348,8 @@ def atomic_write(path, mode="wb"):
         raise ValueError(f"`mode` must be 'w' or 'wb'. Received: mode={mode!r}")
     path = os.fspath(path)
     check_writable(path)
+    # A killed earlier write of this path left its private temporary: ours, of an ended process, never the user's.
+    _clean_abandoned(path)
     with _staged_path(path) as temporary:
         with open(temporary, mode.replace("w", "x")) as file:  # created here, never an existing file
             yield file

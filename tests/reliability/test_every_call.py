@@ -24,17 +24,7 @@ _UNCLEAR = ("the error names keras_vit's hidden temporary (or no file at all), n
             "(issue 40, 'long output names name keras_vit's hidden temporary')")
 _UNRECORDED = ("a kill after a file is put in place and before the marker records it leaves a file keras_vit "
                "wrote that it no longer knows as its own: the rerun refuses it as the user's")
-_MARKER_TEMPORARY = ("a kill while the staging directory's first marker is written leaves its temporary "
-                     "`..keras_vit.json.keras_vit-...tmp` in a staging directory without a marker; the next save "
-                     "takes it for the user's, moves it into the output and refuses every save after "
-                     "(issue 40, 'a kill inside the first marker write')")
 KNOWN = {
-    ("preset", "kill", "rerun"): _MARKER_TEMPORARY,
-    ("preset", "kill", "unblocked"): _MARKER_TEMPORARY,
-    ("epoch-backup", "kill", "rerun"): _MARKER_TEMPORARY,
-    ("epoch-backup", "kill", "unblocked"): _MARKER_TEMPORARY,
-    ("timm", "kill", "unblocked"): "write_safetensors stages through atomic_write, which never cleans an "
-                                   "abandoned temporary: a kill leaves `.model.safetensors.keras_vit-...tmp` for good",
     ("figures-dir", "kill", "rerun"): _UNRECORDED,
     ("figures-dir", "kill", "unblocked"): _UNRECORDED,
     ("upload", "kill", "rerun"): _UNRECORDED,
@@ -43,8 +33,10 @@ KNOWN = {
 }
 for _writer in ("preset", "preset-no-exchange", "keras", "timm", "lora", "figure", "huggingface", "epoch-backup",
                 "upload", "convert-cli"):
-    for _mode in ("enospc", "eacces"):
-        KNOWN[(_writer, _mode, "clear_error")] = _UNCLEAR
+    KNOWN[(_writer, "eacces", "clear_error")] = _UNCLEAR
+# A full disk is named by the user's path for the single-file writers; not yet for the directory writers.
+for _writer in ("preset", "preset-no-exchange", "huggingface", "epoch-backup", "upload"):
+    KNOWN[(_writer, "enospc", "clear_error")] = _UNCLEAR
 
 
 @pytest.fixture(scope="module")
