@@ -20,27 +20,11 @@ from PIL import Image
 import keras_vit
 from keras_vit import cli
 from tests.reliability.helpers import tiny_backbone, tiny_classifier
+from tests.reliability.helpers import run_cli, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 one_backend = pytest.mark.one_backend("file-system behaviour")
 
-
-def run_cli(argv, capsys):
-    code = cli.main([str(arg) for arg in argv])
-    return code, capsys.readouterr().err
-
-
-def snapshot(root):
-    """`{relative path: bytes or 'dir'}` of everything under `root` (links as their target)."""
-    found = {}
-    for directory, directories, files in os.walk(root):
-        for name in directories:
-            found[os.path.relpath(os.path.join(directory, name), root)] = "dir"
-        for name in files:
-            path = os.path.join(directory, name)
-            relative = os.path.relpath(path, root)
-            found[relative] = os.readlink(path) if os.path.islink(path) else open(path, "rb").read()
-    return found
 
 
 def weights_of(model):

@@ -20,30 +20,13 @@ import textwrap
 import pytest
 
 import keras_vit
-from keras_vit import cli
 from tests.finetune.helpers import tiny_backbone_file, write_folder
 from tests.reliability.helpers import tiny_classifier
+from tests.reliability.helpers import run_cli, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 one_backend = pytest.mark.one_backend("file-system behaviour")
 
-
-def run_cli(argv, capsys):
-    code = cli.main([str(arg) for arg in argv])
-    return code, capsys.readouterr().err
-
-
-def snapshot(root):
-    """`{relative path: bytes, 'dir' or the link's target}` of everything under `root`."""
-    found = {}
-    for directory, directories, names in os.walk(root):
-        for name in directories:
-            found[os.path.relpath(os.path.join(directory, name), root)] = "dir"
-        for name in names:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as file:
-                found[os.path.relpath(path, root)] = os.readlink(path) if os.path.islink(path) else file.read()
-    return found
 
 
 def private_leftovers(directory):
