@@ -142,7 +142,8 @@ def test_batch_size_that_does_not_split_over_the_mesh_is_refused_before_the_data
     two_shards = types.SimpleNamespace(device_mesh=mesh, batch_dim_name="batch", scope=contextlib.nullcontext)
     monkeypatch.setattr(keras_vit.distribution, "distribution_for_backend", lambda *args, **kwargs: two_shards)
     # The job's engine says how many ways each batch is split; this one splits it over the stand-in's two devices.
-    two_way_engine = types.SimpleNamespace(is_chief=lambda: True, batch_multiple=lambda: 2)
+    two_way_engine = types.SimpleNamespace(is_chief=lambda: True, batch_multiple=lambda: 2,
+                                           agree=lambda fingerprint: None)  # a job of one process agrees
     monkeypatch.setattr(keras_vit.distribution.engines, "current", lambda: two_way_engine)
     monkeypatch.setattr(train, "describe_distribution", lambda distribution: "a stand-in mesh of two devices")
     err = refused(["train", "--distribute", "data", "--batch-size", "3"], capsys, "train", "--batch-size")
