@@ -763,25 +763,3 @@ def remove_owned(directory):
     os.remove(os.path.join(directory, MARKER))
     os.rmdir(directory)
     return True
-
-
-# === Reading ===
-
-
-def read_json_object(path, where=None):
-    """The JSON object in `path`; a file that is not valid JSON or holds no object gets an error naming it.
-
-    Raises:
-        ValueError: the file is not UTF-8 JSON, or holds another value than
-            an object.
-    """
-    name = quote(path) + (f" (from {where})" if where else "")
-    try:
-        with open(path, encoding="utf-8") as file:
-            value = json.load(file)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise ValueError(f"{name} is not valid JSON ({error}).") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} must hold a JSON object. Received: {type(value).__name__}")
-    return value
-
