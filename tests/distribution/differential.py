@@ -30,6 +30,7 @@ prints both). Every child is bounded by a timeout and killed, pass or fail.
 import argparse
 import csv
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -305,8 +306,7 @@ def read_log(path):
     return {name: np.array([number(row[name]) for row in rows]) for name in rows[0]}
 
 
-def weights(output, command):
-    """`{weight path: array}` of a run's saved model."""
+def _weights_here(output, command):
     import keras
 
     import keras_vit
@@ -316,6 +316,26 @@ def weights(output, command):
     else:
         model = keras.saving.load_model(output + ".keras")
     return {w.path: keras.ops.convert_to_numpy(w.value) for w in model.weights}
+
+
+def weights(output, command):
+    """`{weight path: array}` of a run's saved model, read by the keras_vit that wrote it.
+
+    An older checkout under test may write a config this one no longer reads (and the
+    reverse), so its outputs are read in a child on `PACKAGE_ROOT`, as an `.npz`.
+    """
+    if PACKAGE_ROOT == ROOT:
+        return _weights_here(output, command)
+    archive = output + ".weights.npz"
+    code = ("import sys, numpy as np; exec(sys.stdin.read()); "
+            "np.savez(sys.argv[3], **_weights_here(sys.argv[1], sys.argv[2]))")
+    child = subprocess.run([sys.executable, "-c", code, output, command, archive], capture_output=True, text=True,
+                           input=inspect.getsource(_weights_here), env=_environment("torch"), cwd=PACKAGE_ROOT,
+                           timeout=TIMEOUT)
+    if child.returncode:
+        raise RuntimeError(f"reading {output} with {PACKAGE_ROOT}: {child.stderr[-2000:]}")
+    with np.load(archive) as stored:
+        return {key: stored[key] for key in stored.files}
 
 
 @dataclasses.dataclass
