@@ -256,15 +256,16 @@ class MaskedPatchPredictor(ViTModel, keras.Model):
 
         `y` is ignored: the targets come from the images `x`.
         """
-        del y, training
         targets = self.compute_targets(x)
         weights = self._corrupted_weights(y_pred["mode"])
         if sample_weight is not None:
             weights = weights * ops.cast(ops.reshape(sample_weight, (-1, 1)), "float32")
-        per_patch = self._per_patch_loss(targets, y_pred["predictions"])
-        loss = ops.sum(per_patch * weights) / ops.maximum(ops.sum(weights), 1.0)
-        for extra in self.losses:
-            loss = loss + ops.cast(extra, loss.dtype)
+        # Through a `keras.losses.Loss`, so that Keras scales it for a distribution strategy as it scales
+        # its own losses: on TensorFlow by 1 / replicas, which its trainer undoes for the reported loss
+        # after summing the replicas' gradients. A bare mean was reported, and stepped, replicas times over.
+        loss = _CorruptedPatchLoss(self)(targets, y_pred["predictions"], sample_weight=weights)
+        if self.losses:  # layer losses, scaled the same way by Keras' own aggregation
+            loss = loss + ops.cast(super().compute_loss(x, y, y_pred, None, training), loss.dtype)
         return loss
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
@@ -303,3 +304,19 @@ class MaskedPatchPredictor(ViTModel, keras.Model):
             "seed": self.seed,
             **self.base_config(),
         }
+
+
+class _CorruptedPatchLoss(keras.losses.Loss):
+    """`MaskedPatchPredictor`'s per-patch loss, averaged over the patches of nonzero weight.
+
+    `sum(loss * weight) / sum(weight)` (0 when no patch is corrupted).
+    """
+
+    def __init__(self, predictor):
+        super().__init__(name="masked_patch_loss", reduction="mean_with_sample_weight", dtype="float32")
+        self.predictor = predictor
+
+    def call(self, targets, predictions):
+        if self.predictor.target != "pixels":  # `Loss` hands the class targets over as floats
+            targets = ops.cast(targets, "int32")
+        return self.predictor._per_patch_loss(targets, predictions)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import keras
+import numpy as np
 import pytest
 
 pytestmark = [
@@ -75,6 +76,17 @@ def test_mirrored_losses_match_one_device(report):
     assert len(losses) == len(reference) == 3
     for loss, expected in zip(losses, reference):
         assert abs(loss - expected) <= 1e-5 * abs(expected), (losses, reference)
+
+
+def test_mirrored_pretraining_reports_and_trains_what_one_device_does(report):
+    # MaskedPatchPredictor computes its own loss. Keras' TensorFlow trainer multiplies the reported loss by
+    # the number of replicas (undoing the 1 / replicas its own losses carry) and sums the replicas'
+    # gradients, so a loss without that factor was reported, and stepped, twice over on two replicas.
+    one, mirrored = report["pretraining_one_device"], report["pretraining_mirrored"]
+    np.testing.assert_allclose(mirrored["losses"], one["losses"], rtol=1e-5)
+    np.testing.assert_allclose(mirrored["held_out_loss"], one["held_out_loss"], rtol=1e-5)
+    for got, expected in zip(mirrored["weights"], one["weights"]):
+        np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
 CLIPPED_RUNS = ["sgd_global_clipnorm_accumulated", "adamw_global_clipnorm", "sgd_clipnorm", "sgd_clipvalue"]

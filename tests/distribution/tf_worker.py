@@ -23,7 +23,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from keras_vit import ViTClassifier  # noqa: E402
+from keras_vit import MaskedPatchPredictor, ViTBackbone, ViTClassifier  # noqa: E402
 from keras_vit import distribution as vit_distribution  # noqa: E402
 
 EPOCHS = 3
@@ -49,6 +49,21 @@ def train(initial_weights, images, labels, strategy):
     }
 
 
+def pretrain(initial_weights, images, strategy):
+    """Masked patch prediction with every patch masked: no random draw, so two replicas must train what one does."""
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        backbone_config = {key: value for key, value in CONFIG.items() if key != "num_classes"}
+        model = MaskedPatchPredictor(ViTBackbone(**backbone_config), corruption_rate=1.0, mask_rate=1.0,
+                                     random_rate=0.0, seed=0)
+        model(images[:1])
+        model.set_weights(initial_weights)
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1))
+        history = model.fit(images, batch_size=BATCH_SIZE, epochs=EPOCHS, shuffle=False, verbose=0)
+        held_out = model.evaluate(images[:24], batch_size=BATCH_SIZE, verbose=0, return_dict=True)
+    return {"losses": [float(loss) for loss in history.history["loss"]], "held_out_loss": float(held_out["loss"]),
+            "weights": [np.asarray(w).tolist() for w in model.get_weights()[:2]]}
+
+
 def main():
     rng = np.random.default_rng(0)
     # 40 images: the last batch of 8 is smaller than the others, as in real data.
@@ -57,11 +72,18 @@ def main():
     keras.utils.set_random_seed(0)
     initial_weights = [np.asarray(w) for w in ViTClassifier.from_variant("ViT-Ti/16", **CONFIG).get_weights()]
     strategy = vit_distribution.tensorflow_strategy(devices=["/cpu:0", "/cpu:1"])
+    backbone_config = {key: value for key, value in CONFIG.items() if key != "num_classes"}
+    predictor = MaskedPatchPredictor(ViTBackbone(**backbone_config), corruption_rate=1.0, mask_rate=1.0,
+                                     random_rate=0.0, seed=0)
+    predictor(images[:1])
+    pretraining_weights = [np.asarray(w) for w in predictor.get_weights()]
     report = {
         "logical_cpus": len(tf.config.list_logical_devices("CPU")),
         "num_replicas": strategy.num_replicas_in_sync,
         "one_device": train(initial_weights, images, labels, None),
         "mirrored": train(initial_weights, images, labels, strategy),
+        "pretraining_one_device": pretrain(pretraining_weights, images, None),
+        "pretraining_mirrored": pretrain(pretraining_weights, images, strategy),
     }
     print("RESULT " + json.dumps(report))
 
