@@ -123,21 +123,35 @@ def ratios(results, backend, mode, key):
             for result in results if result.get("backend") == backend for r in result["rounds"]]
 
 
+def median_interval(values, draws=2000, seed=0):
+    """A 90% bootstrap interval of the median of `values` (seeded: the same run prints the same interval)."""
+    import random
+
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(0.05 * draws)], medians[int(0.95 * draws) - 1]
+
+
 def print_table(summary):
     print(f"\nViT {summary['variant']} float32, forward batch {summary['forward_batch']}, train batch "
           f"{summary['train_batch']}, {summary['threads']} threads, {summary['processes']} process(es) x "
           f"{summary['rounds']} rounds x {summary['repeats']} calls per way; load {summary['load_at_start']:.1f} "
           f"at start, {summary['load_at_end']:.1f} at end")
-    print("folded / rank-3 per round: median [min-max] (n)")
-    print(f"{'backend':11} {'forward wall':>22} {'forward per CPU-s':>22} {'train wall':>22} {'train per CPU-s':>22}")
+    print("folded / rank-3 per round: median (90% bootstrap interval of the median) [min-max] n")
+    print(f"{'backend':11} " + " ".join(f"{title:>34}" for title in
+                                         ("forward wall", "forward per CPU-s", "train wall", "train per CPU-s")))
     for backend, row in summary["table"].items():
         cells = []
         for key in ("forward_images_per_s", "forward_images_per_cpu_s", "train_images_per_s",
                     "train_images_per_cpu_s"):
             values = row[key]
-            cells.append(f"{statistics.median(values):.3f} [{min(values):.2f}-{max(values):.2f}] ({len(values)})"
-                         if values else "-")
-        print(f"{backend:11} " + " ".join(f"{c:>22}" for c in cells))
+            if not values:
+                cells.append("-")
+                continue
+            low, high = median_interval(values)
+            cells.append(f"{statistics.median(values):.3f} ({low:.3f}-{high:.3f}) "
+                         f"[{min(values):.2f}-{max(values):.2f}] {len(values)}")
+        print(f"{backend:11} " + " ".join(f"{c:>34}" for c in cells))
 
 
 def main(argv=None):
