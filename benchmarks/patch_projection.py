@@ -48,13 +48,11 @@ def project_rank3(self, patches):
 
 
 def project_folded(self, patches):
-    """The Dense layer's matmul on the (B * N, P) view, as the blocks' Dense layers run."""
+    """The Dense layer called on the (B * N, P) view (keras_vit since issue 42)."""
     from keras import ops
 
-    from keras_vit.layers import fused
-
     tokens, features = ops.shape(patches)[1], patches.shape[-1]
-    x = fused.dense(self.projection, ops.reshape(patches, (-1, features)))  # (B * N, D)
+    x = self.projection(ops.reshape(patches, (-1, features)))  # (B * N, D)
     return ops.reshape(x, (-1, tokens, self.hidden_dim))  # (B, N, D)
 
 
