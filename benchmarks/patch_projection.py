@@ -13,7 +13,8 @@ and alternates them: in each round, forward then training, each way timed
 `--repeats` times, the order of the two reversed every other round. So both
 see the same machine load, and the ratio folded / rank-3 of each round can
 be read on a busy host. `--processes` repeats the whole thing in new
-processes (the backends' order reversed each time). Threads are set as
+processes (the backends' order, and which way is built first, reversed each
+time). Threads are set as
 `run.py` sets them (`--threads`, default all CPUs: 2 here).
 
     PYTHONPATH=. .venv/bin/python benchmarks/patch_projection.py
@@ -78,7 +79,9 @@ def worker(args):
     train_images = rng.uniform(0, 255, (args.train_batch, 224, 224, 3)).astype("float32")
     labels = rng.integers(0, common.NUM_CLASSES, (args.train_batch,)).astype("int32")
     models, first_call = {}, {}
-    for way in WAYS:
+    # The way built (and compiled) first alternates between processes too: on eager torch the
+    # first model's buffers may land differently in memory.
+    for way in WAYS if args.built_first == WAYS[0] else tuple(reversed(WAYS)):
         model = ViTClassifier.from_variant(args.variant, num_classes=common.NUM_CLASSES, activation=None)
         encoder = model.backbone.get_layer("patch_encoder")
         encoder.project = types.MethodType(project_folded if way == "folded" else project_rank3, encoder)
@@ -111,7 +114,8 @@ def worker(args):
                     fn, batch = (lambda m=model: m.train_on_batch(train_images, labels)), args.train_batch
                 result[f"{way}_{mode}"] = _rates(fn, batch, args.repeats)
         rounds.append(result)
-    common.emit({"backend": backend, "threads": args.threads, "first_call_seconds": first_call, "rounds": rounds,
+    common.emit({"backend": backend, "threads": args.threads, "built_first": args.built_first,
+                 "first_call_seconds": first_call, "rounds": rounds,
                  "placement": common.placement(), "peak_rss_mib": common.peak_rss_mib()})
 
 
@@ -167,6 +171,7 @@ def main(argv=None):
     parser.add_argument("--output-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--report", metavar="JSON", help="Only print the table of an earlier run.")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--built-first", choices=WAYS, default=WAYS[0], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args)
@@ -196,7 +201,8 @@ def main(argv=None):
                 command = [args.python, os.path.abspath(__file__), "--worker", "--variant", args.variant,
                            "--forward-batch", str(args.forward_batch), "--train-batch", str(args.train_batch),
                            "--threads", str(args.threads), "--warmup", str(args.warmup),
-                           "--repeats", str(args.repeats), "--rounds", str(args.rounds)]
+                           "--repeats", str(args.repeats), "--rounds", str(args.rounds),
+                           "--built-first", WAYS[index % 2]]
                 result = run.run_worker(command, env, log)
                 result.setdefault("backend", backend)
                 results.append(result)
