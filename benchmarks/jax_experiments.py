@@ -15,9 +15,11 @@ second) and its ratio to the baseline of the same round, as the median over
 rounds: on a loaded machine the ratios within a round are what can be read.
 
     PYTHONPATH=. .venv/bin/python benchmarks/jax_experiments.py --rounds 2
-    PYTHONPATH=. .venv/bin/python benchmarks/jax_experiments.py --experiments baseline,fold_patch_projection
+    PYTHONPATH=. .venv/bin/python benchmarks/jax_experiments.py --experiments baseline,rank3_patch_projection
 
-Writes `benchmarks/results/jax-experiments-<UTC time>.json`.
+Writes `benchmarks/results/jax-experiments-<UTC time>.json`. The patch
+projection on every backend, two ways alternated in one process:
+`benchmarks/patch_projection.py`.
 """
 
 import argparse
@@ -45,17 +47,12 @@ import xla_flags  # noqa: E402
 
 # --- the changes to the model code (applied in the worker before the model is built) ---
 
-def fold_patch_projection():
-    """The patch projection as a Dense on the 2-D (B * N, P) view, as the blocks' Dense layers run."""
-    from keras import ops
-
-    from keras_vit.layers import fused
+def rank3_patch_projection():
+    """The patch projection Dense called on the rank-3 (B, N, P) patches, as before issue 42 folded it."""
     from keras_vit.layers.patch_encoder import PatchEncoder
 
     def project(self, patches):
-        tokens, features = ops.shape(patches)[1], patches.shape[-1]
-        x = fused.dense(self.projection, ops.reshape(patches, (-1, features)))  # (B * N, D)
-        return ops.reshape(x, (-1, tokens, self.hidden_dim))  # (B, N, D)
+        return self.projection(patches)  # (B, N, D)
 
     PatchEncoder.project = project
 
@@ -98,8 +95,8 @@ def _attention(kind):
 # name: (XLA flags, code change or None, what it is)
 EXPERIMENTS = {
     "baseline": ("", None, "keras_vit as committed, no flags"),
-    "fold_patch_projection": ("", fold_patch_projection,
-                              "patch projection Dense on (B*N, P) instead of (B, N, P)"),
+    "rank3_patch_projection": ("", rank3_patch_projection,
+                               "patch projection Dense on (B, N, P) instead of (B*N, P) (before issue 42)"),
     "attention_contiguous_qkv": ("", lambda: _attention("contiguous_qkv"),
                                  "q, k, v transposed to contiguous arrays before keras.ops.dot_product_attention"),
     "attention_head_major": ("", lambda: _attention("head_major"),

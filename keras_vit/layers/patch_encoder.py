@@ -216,7 +216,16 @@ class PatchEncoder(keras.layers.Layer):
         Returns:
             A tensor `(batch, num_patches, hidden_dim)`.
         """
-        return self.projection(patches)
+        # The Dense layer runs on the 2-D (patches, features) view, as the
+        # blocks' Dense layers do: on the rank-3 patches, XLA's CPU backend
+        # computed the kernel gradient (which contracts the batch and patch
+        # axes together) in one slow transposing fusion. Same weights, same
+        # arithmetic; the reshapes are free. The layer is called (not only
+        # its matmul) so its dtype policy, LoRA and quantization apply here
+        # as they did, also when `project()` is called on its own.
+        num_patches = ops.shape(patches)[1]
+        x = self.projection(ops.reshape(patches, (-1, patches.shape[-1])))  # (B * N, D)
+        return ops.reshape(x, (-1, num_patches, self.hidden_dim))  # (B, N, D)
 
     def add_prefix_and_position(self, embeddings, training=None):
         """Prepend the prefix tokens, add the position embedding, apply dropout.
