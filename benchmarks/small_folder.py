@@ -139,7 +139,7 @@ def build_presets(work, args):
     model = keras_vit.ViTClassifier.from_variant("ViT-Ti/8", image_size=32, num_layers=args.layers,
                                                  num_classes=len(names))
     steps = args.pretrain_epochs * -(-len(x) // 64)
-    schedule = keras.optimizers.schedules.CosineDecay(0.0, steps - steps // 10, warmup_target=1e-3,
+    schedule = keras.optimizers.schedules.CosineDecay(0.0, steps - steps // 10, warmup_target=2e-3,
                                                       warmup_steps=steps // 10)
     model.compile(optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.05),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
@@ -158,6 +158,10 @@ def build_presets(work, args):
     random_model.save_to_preset(path)
     presets["random"] = (path, "the same architecture, random weights (from scratch)")
 
+    if args.reuse_mpp:  # a `keras-vit pretrain` result of an earlier run: (path, line) in a JSON file
+        with open(args.reuse_mpp) as file:
+            presets["mpp"] = json.load(file)["mpp"]
+        return presets
     unlabeled = os.path.join(work, "pretrain", "unlabeled")
     os.makedirs(unlabeled)
     for shape in PRETRAIN_SHAPES:
@@ -194,6 +198,80 @@ def cli(arguments):
     return result
 
 
+def run_cells(work, presets, args):
+    """Every cell of the table, the issue's example first; the results so far are saved after each cell."""
+    import keras
+
+    cells = set(args.cells.split(","))
+    test_dir = os.path.join(work, "downstream", "test")
+    if not os.path.isdir(test_dir):
+        draw_folder(test_dir, DOWNSTREAM_SHAPES, args.test_images // 3, seed=300, colours=DOWNSTREAM_COLOURS)
+    results = {"backend": keras.backend.backend(), "keras": keras.__version__,
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "presets": presets, "rows": [],
+               "load": os.getloadavg()[0]}
+
+    def record(size, preset, what, command, run):
+        row = {"images": size, "preset": preset, "what": what, "command": "keras-vit " + " ".join(command),
+               "accuracy": run["accuracy"], "seconds": round(run["seconds"], 1), "plan": run.get("plan", ""),
+               "shots": run.get("shots"), "load": os.getloadavg()[0]}
+        results["rows"].append(row)
+        print(json.dumps(row), flush=True)
+        if args.json:
+            with open(args.json, "w") as file:
+                json.dump(results, file, indent=1)
+
+    if "example" in cells:  # the issue's example: a 120-image folder, the default 20% split, no flag
+        folder = os.path.join(work, "downstream", "example")
+        if not os.path.isdir(folder):
+            draw_folder(folder, DOWNSTREAM_SHAPES, 40, seed=120, colours=DOWNSTREAM_COLOURS)
+        preset = presets["supervised"][0]
+        for what, command in (("defaults (example)", ["finetune", folder, "--preset", preset]),
+                              ("fewshot (example)", ["fewshot", folder, "--preset", preset])):
+            record(120, "supervised", what, command, cli(command))
+    for size in [int(text) for text in args.sizes.split(",")]:
+        folder = os.path.join(work, "downstream", f"train{size}")
+        if not os.path.isdir(folder):
+            draw_folder(folder, DOWNSTREAM_SHAPES, size // 3, seed=200 + size, colours=DOWNSTREAM_COLOURS)
+        for name in ("supervised", "mpp"):
+            preset = presets[name][0]
+            common = ["finetune", folder, "--preset", preset, "--validation-dir", test_dir]
+            runs = {
+                "defaults": common,
+                "paper": common + ["--epochs", "10", "--effective-batch-size", "512"],  # the defaults before
+                "adamw": common + ["--recipe", "adamw"],
+                "fewshot": ["fewshot", folder, "--preset", preset, "--test-dir", test_dir, "--shots",
+                            str(min(25, size // 3))],
+            }
+            for what, command in runs.items():
+                if what in cells:
+                    record(size, name, what, command, cli(command))
+        if "scratch" in cells:
+            command = ["finetune", folder, "--preset", presets["random"][0], "--validation-dir", test_dir,
+                       "--recipe", "adamw"]
+            record(size, "random", "scratch", command, cli(command))
+    return results
+
+
+def print_markdown(paths_or_results):
+    """The rows of docs/finetuning.md's table."""
+    for item in paths_or_results:
+        if isinstance(item, str):
+            with open(item) as file:
+                item = json.load(file)
+        print(f"{item['backend']}, Keras {item['keras']}, {item['date']}")
+        for name, (path, line) in item["presets"].items():
+            print(f"- {name}: {line}")
+        print("| images | preset | run | held-out accuracy | wall time | plan |")
+        print("|---|---|---|---|---|---|")
+        for row in item["rows"]:
+            accuracy = "" if row["accuracy"] is None else f"{row['accuracy']:.2%}"
+            shots = f" ({row['shots']} shots)" if row.get("shots") else ""
+            plan = row["plan"].replace("Plan: ", "").split(" (")[0] if row["plan"] else ""
+            print(f"| {row['images']} | {row['preset']} | {row['what']}{shots} | {accuracy} | "
+                  f"{row['seconds']:.0f} s (load {row['load']:.0f}) | {plan} |")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", default=None, help="working directory (default: a new temporary one); its "
@@ -207,6 +285,8 @@ def main():
     parser.add_argument("--mpp-image-size", type=int, default=16)
     parser.add_argument("--cells", default="defaults,paper,adamw,fewshot,scratch,example",
                         help="which cells to run (default: all)")
+    parser.add_argument("--reuse-mpp", default=None, metavar="JSON",
+                        help="take the masked-patch-prediction preset of an earlier run's presets.json")
     parser.add_argument("--presets-only", action="store_true", help="build the presets and stop")
     parser.add_argument("--json", default=None, help="write the results here too")
     parser.add_argument("--markdown", nargs="*", default=None, metavar="JSON",

@@ -196,8 +196,9 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
     check_run_length(epochs, steps)
     batches_per_pass = max(1, math.ceil(num_images / batch_size))
     passes = 1
-    if epochs is None:
-        passes = max(1, math.ceil(MIN_BATCHES_PER_EPOCH * batch_size / num_images))
+    if epochs is None:  # a run shorter than an epoch of MIN_BATCHES_PER_EPOCH is one epoch of about its length
+        wanted = DEFAULT_UPDATES if steps is None else steps
+        passes = max(1, math.ceil(min(MIN_BATCHES_PER_EPOCH, wanted) * batch_size / num_images))
     steps_per_epoch = max(1, math.ceil(passes * num_images / batch_size))
     accumulation = recipe_accumulation(recipe, batch_size, effective_batch_size, steps_per_epoch)
     if effective_batch_size == "recipe":
@@ -205,7 +206,6 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
     # The largest count up to that which divides the epoch's batches.
     accumulation = max(k for k in range(1, accumulation + 1) if steps_per_epoch % k == 0)
     if epochs is None:
-        wanted = DEFAULT_UPDATES if steps is None else steps
         epochs = max(1, math.ceil(wanted * accumulation / steps_per_epoch))
     updates = epochs * steps_per_epoch // accumulation
     return {"epochs": epochs, "passes": passes, "steps_per_epoch": steps_per_epoch, "accumulation": accumulation,
@@ -294,7 +294,8 @@ class TimeEstimate(keras.callbacks.Callback):
 
     def _report(self, seconds):
         self.done = True
-        self.printer(f"Time: about {format_duration(seconds)} more on this machine (timed on the first updates).")
+        # A new line first: Keras' progress bar is mid-line when a callback runs.
+        self.printer(f"\nTime: about {format_duration(seconds)} more on this machine (timed on the first updates).")
 
 
 def format_duration(seconds):

@@ -91,3 +91,33 @@ def write_shapes_folder(root, shapes=NEW_SHAPES, per_class=15, seed=0):
         extension, mode = [("png", "RGB"), ("jpg", "RGB"), ("bmp", "RGB"), ("png", "L")][rng.integers(4)]
         Image.fromarray(pixels, "RGB").convert(mode).save(os.path.join(root, shapes[label], f"{index}.{extension}"))
     return root
+
+
+STRIPES = ("horizontal", "vertical", "checker")
+
+
+def write_stripes_folder(root, per_class=10, seed=0):
+    """A folder of three textures (horizontal stripes, vertical stripes, a checkerboard) in random colours.
+
+    Random resized crops and flips keep each class what it is, so the default augmentation does not
+    blur the classes; sizes 16 to 32 pixels, PNG and JPEG.
+    """
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for label, name in enumerate(STRIPES):
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        for index in range(per_class):
+            size = int(rng.choice([16, 24, 32]))
+            period = int(rng.integers(3, 6))
+            yy, xx = np.mgrid[0:size, 0:size] + rng.integers(0, period, 2)[:, None, None]
+            on = {"horizontal": yy // period % 2 == 0, "vertical": xx // period % 2 == 0,
+                  "checker": (yy // period + xx // period) % 2 == 0}[name]
+            a, b = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
+            while np.abs(a - b).sum() < 200:
+                b = rng.integers(0, 256, 3)
+            pixels = np.where(on[..., None], a, b) + rng.normal(0, 10, (size, size, 3))
+            extension = ["png", "jpg"][rng.integers(2)]
+            Image.fromarray(np.clip(pixels, 0, 255).astype("uint8"), "RGB").save(
+                os.path.join(root, name, f"{index}.{extension}"))
+    return root
