@@ -138,18 +138,31 @@ def build_presets(work, args):
     keras.utils.set_random_seed(0)
     model = keras_vit.ViTClassifier.from_variant("ViT-Ti/8", image_size=32, num_layers=args.layers,
                                                  num_classes=len(names))
-    steps = args.pretrain_epochs * -(-len(x) // 64)
+    # Each round draws `pretrain_images` new images (the first round's are the folder `pretrain` reads too) and
+    # trains on them and their mirror images for `pretrain_epochs // 2` passes: a few thousand images seen many
+    # times made a ViT that learned them by heart (70% held out at 4 layers), new ones each round do not.
+    rounds = max(1, args.pretrain_rounds)
+    steps = rounds * (args.pretrain_epochs // 2) * -(-2 * len(x) // 64)
     schedule = keras.optimizers.schedules.CosineDecay(0.0, steps - steps // 10, warmup_target=2e-3,
                                                       warmup_steps=steps // 10)
     model.compile(optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.05),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    flipped = np.concatenate([x, x[:, :, ::-1]])  # a flip keeps every one of the six shapes' class
-    model.fit(flipped, np.concatenate([y, y]), batch_size=64, epochs=args.pretrain_epochs // 2, verbose=0)
-    accuracy = model.evaluate(x_test, y_test, verbose=0)[1]
+    seen = 0
+    for round_ in range(rounds):
+        if round_:
+            round_dir = draw_folder(os.path.join(work, "pretrain", f"round{round_}"), PRETRAIN_SHAPES,
+                                    args.pretrain_images // 6, seed=1000 + round_, colours=PRETRAIN_COLOURS)
+            x, y, _ = read_image_folder(round_dir, 32, class_names=names)
+        flipped = np.concatenate([x, x[:, :, ::-1]])  # a flip keeps every one of the six shapes' class
+        model.fit(flipped, np.concatenate([y, y]), batch_size=64, epochs=args.pretrain_epochs // 2, verbose=0)
+        seen += len(x)
+        accuracy = model.evaluate(x_test, y_test, verbose=0)[1]
+        print(f"pre-training round {round_ + 1}/{rounds}: {accuracy:.2%} held out, "
+              f"{time.perf_counter() - start:.0f} s", flush=True)
     path = os.path.join(work, "presets", "supervised")
     model.save_to_preset(path, class_names=names)
-    presets["supervised"] = (path, f"ViT-Ti/8 at 32 px, {args.layers} layers, supervised on {len(x)} images of 6 "
-                             f"shapes: {accuracy:.2%} on 300 held-out, {time.perf_counter() - start:.0f} s")
+    presets["supervised"] = (path, f"ViT-Ti/8 at 32 px, {args.layers} layers, supervised on {seen} images of 6 "
+                             f"shapes ({rounds} rounds of {len(x)}): {accuracy:.2%} on 300 held-out, {time.perf_counter() - start:.0f} s")
 
     keras.utils.set_random_seed(0)
     random_model = keras_vit.ViTClassifier.from_variant("ViT-Ti/8", image_size=32, num_layers=args.layers,
@@ -158,6 +171,8 @@ def build_presets(work, args):
     random_model.save_to_preset(path)
     presets["random"] = (path, "the same architecture, random weights (from scratch)")
 
+    if not args.mpp_epochs:  # no masked-patch-prediction preset (its cells are skipped)
+        return presets
     if args.reuse_mpp:  # a `keras-vit pretrain` result of an earlier run: (path, line) in a JSON file
         with open(args.reuse_mpp) as file:
             presets["mpp"] = json.load(file)["mpp"]
@@ -220,19 +235,24 @@ def run_cells(work, presets, args):
             with open(args.json, "w") as file:
                 json.dump(results, file, indent=1)
 
+    folder = os.path.join(work, "downstream", "example")
+    if cells & {"example", "example-crops"} and not os.path.isdir(folder):
+        draw_folder(folder, DOWNSTREAM_SHAPES, 40, seed=120, colours=DOWNSTREAM_COLOURS)
+    preset = presets["supervised"][0]
     if "example" in cells:  # the issue's example: a 120-image folder, the default 20% split, no flag
-        folder = os.path.join(work, "downstream", "example")
-        if not os.path.isdir(folder):
-            draw_folder(folder, DOWNSTREAM_SHAPES, 40, seed=120, colours=DOWNSTREAM_COLOURS)
-        preset = presets["supervised"][0]
         for what, command in (("defaults (example)", ["finetune", folder, "--preset", preset]),
                               ("fewshot (example)", ["fewshot", folder, "--preset", preset])):
             record(120, "supervised", what, command, cli(command))
+    if "example-crops" in cells:  # the same with other random resized crops: the paper's, milder ones, none
+        for flags in (["--crop-min-area", "0.05"], ["--crop-min-area", "0.2"], ["--crop-min-area", "0.35"],
+                      ["--crop-min-area", "0.6"], ["--no-crop"]):
+            command = ["finetune", folder, "--preset", preset, *flags]
+            record(120, "supervised", "example " + " ".join(flags), command, cli(command))
     for size in [int(text) for text in args.sizes.split(",")]:
         folder = os.path.join(work, "downstream", f"train{size}")
         if not os.path.isdir(folder):
             draw_folder(folder, DOWNSTREAM_SHAPES, size // 3, seed=200 + size, colours=DOWNSTREAM_COLOURS)
-        for name in ("supervised", "mpp"):
+        for name in [name for name in ("supervised", "mpp") if name in presets]:
             preset = presets[name][0]
             common = ["finetune", folder, "--preset", preset, "--validation-dir", test_dir]
             runs = {
@@ -281,7 +301,9 @@ def main():
     parser.add_argument("--layers", type=int, default=2, help="layers of the stand-in ViT-Ti/8 (default: 2)")
     parser.add_argument("--pretrain-images", type=int, default=1500)
     parser.add_argument("--pretrain-epochs", type=int, default=16, help="supervised passes (default: 16)")
-    parser.add_argument("--mpp-epochs", type=int, default=10, help="`keras-vit pretrain` epochs (default: 10)")
+    parser.add_argument("--pretrain-rounds", type=int, default=1,
+                        help="rounds of new pre-training images, each trained --pretrain-epochs (default: 1)")
+    parser.add_argument("--mpp-epochs", type=int, default=10, help="`keras-vit pretrain` epochs (default: 10; 0: no `mpp` preset)")
     parser.add_argument("--mpp-image-size", type=int, default=16)
     parser.add_argument("--cells", default="defaults,paper,adamw,fewshot,scratch,example",
                         help="which cells to run (default: all)")

@@ -7,6 +7,7 @@ from keras_vit.commands.arguments import (
     NonNegativeInt,
     Path,
     PositiveFloat,
+    PositiveFraction,
     PositiveInt,
     Seed,
     Variant,
@@ -53,6 +54,9 @@ def add_arguments(parser):
     parser.add_argument("--cutmix", action=NonNegativeFloat, default=0.0, help="CutMix factor; 0 is off (default: 0)")
     parser.add_argument("--no-crop", action="store_true",
                         help="no random resized crop (resize and centre-crop training images too)")
+    parser.add_argument("--crop-min-area", action=PositiveFraction, default=None, metavar="SHARE",
+                        help="smallest share of the image area a random resized crop keeps, up to the whole image "
+                        "(default: 0.05, the paper's inception crop)")
     parser.add_argument("--no-flip", action="store_true", help="no random horizontal flip")
     parser.add_argument("--skip-bad-files", action="store_true",
                         help="log and leave out unreadable, empty or oversized images instead of stopping")
@@ -84,8 +88,9 @@ def _run(args):
 
     # Every flag's value was checked while parsing (keras_vit/commands/arguments.py); the workflow checks the
     # folders and the output before any work.
+    crop_scale = {} if args.crop_min_area is None else {"crop_scale": (args.crop_min_area, 1.0)}
     augment = AugmentPolicy(crop=not args.no_crop, flip=not args.no_flip, randaugment=args.randaugment,
-                            mixup=args.mixup, cutmix=args.cutmix)
+                            mixup=args.mixup, cutmix=args.cutmix, **crop_scale)
     effective = "recipe" if args.effective_batch_size is None else (args.effective_batch_size or None)
     result = finetune(
         args.data_dir, preset=args.preset, variant=args.variant, image_size=args.image_size, recipe=args.recipe,

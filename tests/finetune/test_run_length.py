@@ -93,3 +93,33 @@ def test_finetune_prints_its_plan_and_a_time_estimate_and_steps_and_epochs_overr
     out = capsys.readouterr().out
     assert "Plan: 2 optimizer updates of 24 images each (one batch of up to 32) in 2 epochs, each one pass over" in out
     assert "Epoch 2/2" in out
+
+
+@pytest.mark.one_backend("what the command line passes on; no model is built")
+def test_crop_min_area_sets_the_smallest_crop_and_out_of_range_values_exit_2(tmp_path, capsys, monkeypatch):
+    from keras_vit.data import AugmentPolicy
+    from keras_vit.workflows import finetuning
+
+    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=3)
+    received = []
+
+    class Started(BaseException):  # not an Exception: the command line's error handler lets it through
+        pass
+
+    def started(*args, **kwargs):
+        received.append(kwargs["augment"])
+        raise Started
+
+    monkeypatch.setattr(finetuning, "finetune", started)
+    rng = np.random.default_rng(41)
+    for share in rng.uniform(0.01, 1.0, 5).round(3):
+        with pytest.raises(Started):
+            cli.main(["finetune", folder, "--variant", "ViT-Ti/16", "--crop-min-area", str(share)])
+        assert received.pop().crop_scale == (share, 1.0)
+    with pytest.raises(Started):
+        cli.main(["finetune", folder, "--variant", "ViT-Ti/16"])
+    assert received.pop() == AugmentPolicy()  # without the flag: the policy's own default
+    for bad in ("0", "1.5", "-0.2", "nan"):
+        assert cli.main(["finetune", folder, "--variant", "ViT-Ti/16", "--crop-min-area", bad]) == 2
+        assert "--crop-min-area" in capsys.readouterr().err
+    assert not received
