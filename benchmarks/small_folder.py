@@ -12,7 +12,7 @@ Offline and self-contained, on this machine's CPU:
    grayscale).
 2. Builds two stand-in presets of a small ViT (ViT-Ti/8 at 32 px, fewer
    layers): `supervised`, trained through the public API
-   (`ViTClassifier.from_variant`, `fit`) on ~1,500 images of the six
+   (`ViTClassifier.from_variant`, `fit`) on ~3,000 images of the six
    shapes and saved with `save_to_preset`; and `mpp`, pre-trained with
    masked patch prediction by `keras-vit pretrain` on the same images
    unlabeled (the documented route "pre-train on your own unlabeled images,
@@ -299,8 +299,11 @@ def main():
     parser.add_argument("--sizes", default="30,120,600", help="training-folder sizes (default: 30,120,600)")
     parser.add_argument("--test-images", type=int, default=300, help="held-out images (default: 300)")
     parser.add_argument("--layers", type=int, default=2, help="layers of the stand-in ViT-Ti/8 (default: 2)")
-    parser.add_argument("--pretrain-images", type=int, default=1500)
-    parser.add_argument("--pretrain-epochs", type=int, default=16, help="supervised passes (default: 16)")
+    parser.add_argument("--pretrain-images", type=int, default=3000)
+    parser.add_argument("--pretrain-epochs", type=int, default=48,
+                        help="supervised epochs counted over the images; `fit` makes half as many passes over the "
+                        "images and their mirror images (default: 48: the strongest stand-in measured, 83.67%% "
+                        "on its own shapes at 2 layers)")
     parser.add_argument("--pretrain-rounds", type=int, default=1,
                         help="rounds of new pre-training images, each trained --pretrain-epochs (default: 1)")
     parser.add_argument("--mpp-epochs", type=int, default=10, help="`keras-vit pretrain` epochs (default: 10; 0: no `mpp` preset)")
