@@ -13,6 +13,8 @@ from tests.finetune.helpers import PRETRAINING_SHAPES, shape_images, write_strip
 
 
 @pytest.mark.slow
+@pytest.mark.one_backend("how many updates the defaults make is the plan's arithmetic; each backend's training "
+                         "is tested in test_finetune.py, and the issue's example per backend in the benchmark")
 def test_the_defaults_beat_the_linear_probe_on_a_small_folder(tmp_path):
     import keras
 
