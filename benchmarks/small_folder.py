@@ -309,7 +309,7 @@ def main():
     parser.add_argument("--mpp-epochs", type=int, default=10, help="`keras-vit pretrain` epochs (default: 10; 0: no `mpp` preset)")
     parser.add_argument("--mpp-image-size", type=int, default=16)
     parser.add_argument("--cells", default="defaults,paper,adamw,fewshot,scratch,example",
-                        help="which cells to run (default: all)")
+                        help="which cells to run (default: all but `example-crops`, the example with five other crops)")
     parser.add_argument("--reuse-mpp", default=None, metavar="JSON",
                         help="take the masked-patch-prediction preset of an earlier run's presets.json")
     parser.add_argument("--presets-only", action="store_true", help="build the presets and stop")
