@@ -7,6 +7,7 @@ from keras_vit.commands.arguments import (
     NonNegativeInt,
     Path,
     PositiveFloat,
+    PositiveFraction,
     PositiveInt,
     Seed,
     Variant,
@@ -30,7 +31,13 @@ def add_arguments(parser):
                         help="paper: SGD momentum 0.9, no weight decay, clipping at global norm 1, cosine decay "
                         "with warm-up, batch 512 by gradient accumulation; adamw: AdamW, weight decay 0.05 "
                         "(default: paper)")
-    parser.add_argument("--epochs", action=PositiveInt, default=10, help="default: 10")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--steps", action=PositiveInt, default=None, metavar="UPDATES",
+                        help="optimizer updates of the run, rounded up to whole epochs (default: 500, the paper's "
+                        "count for its smallest fine-tuning sets; on a small folder each update holds at most a "
+                        "tenth of the images, in whole batches)")
+    length.add_argument("--epochs", action=PositiveInt, default=None,
+                        help="passes over the training images instead of --steps")
     parser.add_argument("--batch-size", action=PositiveInt, default=32, help="images per step (default: 32)")
     parser.add_argument("--effective-batch-size", action=NonNegativeInt, default=None,
                         help="images per update, by gradient accumulation (default: the recipe's, 512 for paper; "
@@ -47,6 +54,9 @@ def add_arguments(parser):
     parser.add_argument("--cutmix", action=NonNegativeFloat, default=0.0, help="CutMix factor; 0 is off (default: 0)")
     parser.add_argument("--no-crop", action="store_true",
                         help="no random resized crop (resize and centre-crop training images too)")
+    parser.add_argument("--crop-min-area", action=PositiveFraction, default=None, metavar="SHARE",
+                        help="smallest share of the image area a random resized crop keeps, up to the whole image "
+                        "(default: 0.05, the paper's inception crop)")
     parser.add_argument("--no-flip", action="store_true", help="no random horizontal flip")
     parser.add_argument("--skip-bad-files", action="store_true",
                         help="log and leave out unreadable, empty or oversized images instead of stopping")
@@ -78,12 +88,13 @@ def _run(args):
 
     # Every flag's value was checked while parsing (keras_vit/commands/arguments.py); the workflow checks the
     # folders and the output before any work.
+    crop_scale = {} if args.crop_min_area is None else {"crop_scale": (args.crop_min_area, 1.0)}
     augment = AugmentPolicy(crop=not args.no_crop, flip=not args.no_flip, randaugment=args.randaugment,
-                            mixup=args.mixup, cutmix=args.cutmix)
+                            mixup=args.mixup, cutmix=args.cutmix, **crop_scale)
     effective = "recipe" if args.effective_batch_size is None else (args.effective_batch_size or None)
     result = finetune(
         args.data_dir, preset=args.preset, variant=args.variant, image_size=args.image_size, recipe=args.recipe,
-        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        epochs=args.epochs, steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
         weight_decay=args.weight_decay, effective_batch_size=effective, validation_dir=args.validation_dir,
         validation_split=args.validation_split, augment=augment, output=args.output,
         run_dir=args.run_dir or "auto", seed=args.seed, on_bad_file="skip" if args.skip_bad_files else "error",

@@ -8,14 +8,16 @@ checkpointing every epoch, reports held-out accuracy and writes a preset
 that carries the class names.
 """
 
+import copy
 import math
 import os
+import time
 
 import keras
 import numpy as np
 
 from keras_vit.data import AugmentPolicy, checked_class_indices, image_folder_datasets
-from keras_vit.data.image_folder import check_held_out
+from keras_vit.data.image_folder import ImageFolderDataset, check_held_out
 from keras_vit.distribution import engines
 from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.presets import load_model
@@ -109,7 +111,6 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
 # (a small folder under a large accumulated batch): say so before training.
 MIN_UPDATES = 10
 
-
 def warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, num_images):
     """Warn before training when a run would make fewer than `MIN_UPDATES` optimizer updates.
 
@@ -131,6 +132,178 @@ def warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, num_i
             f"epoch: the last {steps_per_epoch % accumulation} batch(es) of each epoch are carried into the next "
             "epoch's first update.",
         )
+
+
+# How long a fine-tune runs when neither `epochs` nor `steps` is given: a
+# number of optimizer updates, as the paper's table gives its fine-tuning
+# runs (500 steps for Pets and Flowers, 2,500 for the 1,000-image VTAB tasks,
+# at batch 512), not a number of epochs, which on a small folder means few
+# updates (10 epochs of a 96-image folder at 512 images per update: 10).
+# Measured on small folders in docs/finetuning.md (benchmarks/small_folder.py).
+DEFAULT_UPDATES = 500
+# On a folder too small for the recipe's update size, an update holds at
+# most this share of the training images (in whole batches, at least one).
+MIN_UPDATES_PER_PASS = 10
+# Batches an epoch holds at least when the run is counted in updates: on a
+# small folder an epoch is several passes over it, so the run's per-epoch
+# work (held-out evaluation, checkpoint, log row) stays a small share.
+MIN_BATCHES_PER_EPOCH = 25
+
+
+def check_run_length(epochs, steps):
+    """Refuse `epochs` and `steps` together, or either not a positive int."""
+    check_optional_count(epochs, "epochs")
+    check_optional_count(steps, "steps")
+    if epochs is not None and steps is not None:
+        raise ArgumentError("Give `epochs` or `steps` (optimizer updates), not both: each sets how long the run "
+                            f"is. Received: epochs={epochs!r}, steps={steps!r}")
+
+
+def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size="recipe", epochs=None, steps=None):
+    """How long a fine-tune runs, how large its updates and its epochs are.
+
+    The rule (docs/finetuning.md has the measurements behind it):
+
+    - Images per update: the recipe's (512 for `"paper"`, one batch for
+      `"adamw"`), or `effective_batch_size` when given. When it is the
+      recipe's, at most a tenth of the training images (in whole batches,
+      at least one batch): a 96-image folder makes updates of one batch of
+      32, not one update per epoch.
+    - Length: `epochs` passes when given. Otherwise `steps` updates, or
+      `DEFAULT_UPDATES` without either, and an epoch is as many passes over
+      a small folder as make `MIN_BATCHES_PER_EPOCH` batches, so the run
+      checkpoints, logs and evaluates every few dozen batches, not every
+      batch; the epochs are rounded up to whole ones (the run checkpoints
+      and resumes by epoch).
+    - Accumulated batches divide the epoch's, so no update spans two epochs.
+
+    The plan depends on the global batch and the whole folder only, so a
+    job of N processes makes the updates of one process.
+
+    Args:
+        num_images: int. Training images (after the held-out split).
+        recipe: str. `"paper"` or `"adamw"`.
+        batch_size: int. Images per step (the global batch).
+        effective_batch_size: int, `None` or `"recipe"`. See `finetune`.
+        epochs: int or `None`. Fixed number of passes.
+        steps: int or `None`. Optimizer updates wanted (not with `epochs`).
+
+    Returns:
+        A dict: `epochs`, `passes` (over the training images per epoch),
+        `steps_per_epoch` (batches per epoch), `accumulation` (batches per
+        update), `images_per_update`, `updates` (of the whole run).
+    """
+    check_run_length(epochs, steps)
+    batches_per_pass = max(1, math.ceil(num_images / batch_size))
+    passes = 1
+    if epochs is None:  # a run shorter than an epoch of MIN_BATCHES_PER_EPOCH is one epoch of about its length
+        wanted = DEFAULT_UPDATES if steps is None else steps
+        passes = max(1, math.ceil(min(MIN_BATCHES_PER_EPOCH, wanted) * batch_size / num_images))
+    steps_per_epoch = max(1, math.ceil(passes * num_images / batch_size))
+    accumulation = recipe_accumulation(recipe, batch_size, effective_batch_size, steps_per_epoch)
+    if effective_batch_size == "recipe":
+        accumulation = min(accumulation, max(1, batches_per_pass // MIN_UPDATES_PER_PASS))
+    # The largest count up to that which divides the epoch's batches.
+    accumulation = max(k for k in range(1, accumulation + 1) if steps_per_epoch % k == 0)
+    if epochs is None:
+        epochs = max(1, math.ceil(wanted * accumulation / steps_per_epoch))
+    updates = epochs * steps_per_epoch // accumulation
+    return {"epochs": epochs, "passes": passes, "steps_per_epoch": steps_per_epoch, "accumulation": accumulation,
+            "images_per_update": min(num_images * passes, accumulation * batch_size), "updates": updates}
+
+
+class RepeatedFolder(ImageFolderDataset):
+    """An `ImageFolderDataset` whose epoch is `passes` passes over the images, each in its own order.
+
+    Pass `r` of epoch `e` follows the permutation of `(seed, e * passes + r)`,
+    the order a one-pass dataset reads in its epoch `e * passes + r`; batches
+    run on across passes. With `passes=1` it reads what its base reads.
+    """
+
+    passes = 1
+
+    def _num_rows(self):
+        return len(self.paths) * self.passes
+
+    def order(self, epoch=None):
+        epoch = self.epoch if epoch is None else epoch
+        if not self.training:
+            return np.tile(np.arange(len(self.paths)), self.passes)
+        return np.concatenate([super(RepeatedFolder, self).order(epoch * self.passes + r)
+                               for r in range(self.passes)])
+
+
+def describe_plan(plan, num_images, batch_size, epochs=None, steps=None):
+    """The line `finetune` prints before training: updates, images per update, epochs, and what chose them."""
+    if epochs is not None:
+        why = f"{epochs} epochs as asked"
+    elif steps is not None:
+        why = f"{steps} updates as asked, rounded up to whole epochs"
+    else:
+        why = f"the default {DEFAULT_UPDATES} updates, rounded up to whole epochs; `steps` or `epochs` sets another"
+    per_update = (f"{plan['accumulation']} batches of {batch_size} accumulated" if plan["accumulation"] > 1
+                  else f"one batch of up to {batch_size}")
+    epoch = f"{plan['passes']} passes over" if plan["passes"] > 1 else "one pass over"
+    return (f"Plan: {plan['updates']} optimizer updates of {plan['images_per_update']} images each ({per_update}) "
+            f"in {plan['epochs']} epochs, each {epoch} the {num_images} training images ({why}).")
+
+
+class TimeEstimate(keras.callbacks.Callback):
+    """Prints, once the first updates are timed, about how long the rest of the run will take.
+
+    The first batch (which compiles the step) and the first epoch's end
+    (which compiles the evaluation) are left out of the timing. On a folder
+    of many batches the estimate comes after `window` batches of the first
+    epoch; on a small one, after whole epochs of at least `window` batches
+    in all, so each epoch's evaluation and checkpoint are counted.
+    """
+
+    def __init__(self, epochs, steps_per_epoch, window=10, printer=print):
+        super().__init__()
+        self.epochs, self.steps_per_epoch, self.window, self.printer = epochs, steps_per_epoch, window, printer
+        self.first_epoch = self.start = None
+        self.batches = 0
+        self.done = False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.first_epoch is None:
+            self.first_epoch = epoch
+        elif self.start is None and not self.done:  # small folder: time from the second epoch's start
+            self.start, self.batches = time.perf_counter(), 0
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.done or self.start is None or self.steps_per_epoch > self.window + 1:
+            return
+        if self.batches >= self.window or epoch + 1 == self.epochs:
+            seconds_per_epoch = (time.perf_counter() - self.start) / (epoch - self.first_epoch)
+            self._report(seconds_per_epoch * (self.epochs - epoch - 1))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.done:
+            return
+        self.batches += 1
+        if self.steps_per_epoch <= self.window + 1 or self.epoch != self.first_epoch:
+            return
+        if self.start is None:
+            self.start, self.batches = time.perf_counter(), 0
+        elif self.batches == self.window:
+            per_batch = (time.perf_counter() - self.start) / self.window
+            left = self.steps_per_epoch - batch - 1 + (self.epochs - self.epoch - 1) * self.steps_per_epoch
+            self._report(per_batch * left)
+
+    def _report(self, seconds):
+        self.done = True
+        # A new line first: Keras' progress bar is mid-line when a callback runs.
+        self.printer(f"\nTime: about {format_duration(seconds)} more on this machine (timed on the first updates).")
+
+
+def format_duration(seconds):
+    """`42 s`, `3 min`, `1 h 20 min`: a rounded duration for an estimate."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
 # ImageNet-1k's training images, the smallest data set the paper pre-trains
@@ -229,7 +402,8 @@ def finetune(
     variant=None,
     image_size=None,
     recipe="paper",
-    epochs=10,
+    epochs=None,
+    steps=None,
     batch_size=32,
     learning_rate=None,
     weight_decay=None,
@@ -260,14 +434,22 @@ def finetune(
         recipe: str. `"paper"` (SGD momentum 0.9, no weight decay, global
             norm clipping 1, cosine decay with linear warm-up, batch 512 by
             gradient accumulation) or `"adamw"`. Defaults to `"paper"`.
-        epochs: int. Defaults to `10`.
+        epochs: int or `None`. Passes over the training images. Defaults
+            to `None`: the run's length is `steps` updates.
+        steps: int or `None`. Optimizer updates of the run (rounded up to
+            whole epochs); not with `epochs`. Defaults to `None`: with
+            neither, `DEFAULT_UPDATES` (500, the paper's count for its
+            smallest fine-tuning sets), and on a small folder updates of
+            fewer images than the recipe's (see `plan_updates`).
         batch_size: int. Images per step. Defaults to `32`.
         learning_rate: float or `None`. Peak learning rate; defaults to the
             recipe's (0.01 paper, 1e-3 adamw).
         weight_decay: float or `None`. Defaults to the recipe's.
         effective_batch_size: int, `None` or `"recipe"`. Images per update
             (gradient accumulation); `None` for no accumulation. Defaults to
-            the recipe's (512 paper).
+            the recipe's (512 paper), lowered on a folder of fewer than ten
+            updates' worth of images so each epoch makes at least ten
+            updates (`plan_updates`).
         validation_dir: str or `None`. A held-out folder with the same class
             subfolders; otherwise `validation_split` of each class is held
             out by `seed`.
@@ -296,15 +478,16 @@ def finetune(
         A dict: `accuracy` and `loss` on the held-out images (`None`
         without any), `model`, `class_names`, `history`, `seconds`,
         `initial_epoch` (epochs restored from a checkpoint), `output`,
-        `run_dir`, `accumulation_steps`.
+        `run_dir`, `accumulation_steps`, `updates`, `images_per_update`,
+        `epochs`.
 
     Example:
 
-    >>> result = keras_vit.finetune("photos", preset="vit_b16_in21k", image_size=384, epochs=5,
-    ...                             output="my_vit")
+    >>> result = keras_vit.finetune("photos", preset="vit_b16_in21k", image_size=384, output="my_vit")
     >>> result["accuracy"], result["class_names"]
     """
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
+    check_run_length(epochs, steps)
     check_optional_count(lora_rank, "lora_rank")
     if lora_rank is not None and variant is not None:
         raise ArgumentError(
@@ -357,12 +540,17 @@ def finetune(
     if variant is not None:
         warn_about_training_from_scratch(variant, len(train.paths), len(class_names))
 
-    steps_per_epoch = len(train)
-    accumulation = recipe_accumulation(recipe, batch_size, effective_batch_size, steps_per_epoch)
-    updates = epochs * steps_per_epoch // accumulation
+    # The plan counts the whole folder and the global batch: a job of N processes makes one process's updates.
+    plan = plan_updates(len(train.paths), recipe, batch_size, effective_batch_size, epochs, steps)
+    steps_per_epoch, accumulation, updates = plan["steps_per_epoch"], plan["accumulation"], plan["updates"]
+    asked_epochs, epochs = epochs, plan["epochs"]
+    if plan["passes"] > 1:  # an epoch of several passes over a small folder (a copy: `train` is not changed)
+        train = copy.copy(train)
+        train.__class__, train.passes = RepeatedFolder, plan["passes"]
     warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, len(train.paths))
     optimizer, _ = build_recipe_optimizer(
-        recipe, max(1, updates), learning_rate, weight_decay, batch_size, effective_batch_size, steps_per_epoch)
+        recipe, max(1, updates), learning_rate, weight_decay, batch_size,
+        accumulation * batch_size if accumulation > 1 else None, steps_per_epoch)
     loss = "auto"
     if augment.mixes_labels:
         loss = keras.losses.CategoricalCrossentropy(from_logits=model.activation is None)
@@ -373,10 +561,13 @@ def finetune(
               f"{backbone.image_size[0]}x{backbone.image_size[1]} on {len(train.paths)} images of "
               f"{len(class_names)} classes ({len(validation.paths) if validation else 0} held out); recipe "
               f"{recipe}, batch {batch_size}" + (f" x {accumulation} accumulated" if accumulation > 1 else "") + ".")
+        print(describe_plan(plan, len(train.paths), batch_size, asked_epochs, steps), flush=True)
+        if engines.current().is_chief():
+            callbacks = [TimeEstimate(epochs, steps_per_epoch), *callbacks]
     settings = {
         "data_dir": os.path.abspath(data_dir), "validation_dir": validation_dir and os.path.abspath(validation_dir),
         "preset": preset, "variant": variant, "image_size": list(backbone.image_size), "recipe": recipe,
-        "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "weight_decay": weight_decay,
+        "epochs": epochs, "steps": steps, "passes": plan["passes"], "updates": updates, "batch_size": batch_size, "learning_rate": learning_rate, "weight_decay": weight_decay,
         "effective_batch_size": effective_batch_size, "validation_split": validation_split, "seed": seed,
         "augment": repr(augment), "class_names": class_names, "lora_rank": lora_rank,
     }
@@ -391,5 +582,6 @@ def finetune(
     return {
         "accuracy": scores.get("accuracy"), "loss": scores.get("loss"), "model": model, "class_names": class_names,
         "history": run["history"], "seconds": run["seconds"], "initial_epoch": run["initial_epoch"], "output": output,
-        "run_dir": run_dir, "accumulation_steps": accumulation,
+        "run_dir": run_dir, "accumulation_steps": accumulation, "updates": updates,
+        "images_per_update": plan["images_per_update"], "epochs": epochs,
     }
