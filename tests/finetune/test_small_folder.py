@@ -4,6 +4,7 @@ Before (10 epochs whatever the folder, the paper recipe's 512-image updates cut 
 folder got 10 optimizer updates and scored no better than chance, and no better than `fewshot`'s probe.
 """
 
+import keras
 import numpy as np
 import pytest
 
@@ -13,11 +14,11 @@ from tests.finetune.helpers import PRETRAINING_SHAPES, shape_images, write_strip
 
 
 @pytest.mark.slow
-@pytest.mark.one_backend("how many updates the defaults make is the plan's arithmetic; each backend's training "
-                         "is tested in test_finetune.py, and the issue's example per backend in the benchmark")
+# One pass, the cheapest: how many updates the defaults make is the plan's arithmetic; each backend's training
+# is tested in test_finetune.py, and the issue's example per backend in the benchmark. The 500 updates took
+# 40 s on jax and 166 s on torch (load 5).
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the plan's arithmetic: runs in the jax pass")
 def test_the_defaults_beat_the_linear_probe_on_a_small_folder(tmp_path):
-    import keras
-
     # The stand-in preset: a tiny ViT trained briefly through the public API on generated shapes of
     # six other classes, saved with save_to_preset. Its frozen features are not what the new classes
     # need (the probe scores near chance), so the check is that the defaults train enough to learn them.
