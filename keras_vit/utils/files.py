@@ -455,13 +455,27 @@ def check_room(directory, size):
                       f"{free / 2**20:.1f} MiB are free", directory)
 
 
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 def _no_space_error(error, path):
-    """`error` again, naming the user's `path` (not the private name) when it is a full disk or quota."""
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return OSError(error.errno, f"{os.strerror(error.errno)} while writing it; nothing was changed (the "
-                       "previous content, if any, is kept). Free some space or write elsewhere, and save again",
-                       path)
-    return None
+    """`error` again, naming the user's `path` (not the private name) when it is a full disk or a refusal.
+
+    A staged write fails on keras_vit's hidden staging name; the user knows
+    only `path`. A full disk (or quota) and a permission refused (or a
+    read-only file system) become one error naming `path`, the cause and
+    the fix. Other errors are returned as `None` (raised as they are).
+    """
+    if not isinstance(error, OSError) or error.errno not in _NO_SPACE + _NOT_ALLOWED:
+        return None
+    if error.errno in _NO_SPACE:
+        fix = "Free some space or write elsewhere, and save again"
+    else:
+        fix = "Choose a folder you can write to (or fix its permissions), and save again"
+    made = PermissionError if error.errno in (errno.EACCES, errno.EPERM) else OSError
+    return made(error.errno, f"{os.strerror(error.errno)} while writing it; nothing was changed (the previous "
+                f"content, if any, is kept). {fix}", path)
 
 
 def discarded_copy(write, name):
@@ -560,10 +574,10 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
     recover_abandoned(path)
     check_replaceable(path, kind, argument, names=reserved)  # again: time passed since the claim
     staging = os.path.join(parent, _private_name(base, "incoming"))
-    os.mkdir(staging)  # mode 0o777 & ~umask
-    _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours, and what in it is ours
     carried_directories = []
     try:
+        os.mkdir(staging)  # mode 0o777 & ~umask
+        _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours, and what in it is ours
         yield staging
         entries = {name: digest_of(os.path.join(staging, name)) for name in os.listdir(staging) if name != MARKER}
         carried = []
@@ -600,10 +614,17 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
                 os.rename(retired, path)
                 raise
         staging = None
-        _remove_retired(retired, path)
+        try:
+            _remove_retired(retired, path)
+        except OSError as error:  # the new content is in place; the next save of `path` removes the rest
+            warnings.warn(f"{quote(path)} was saved, but its old content could not be removed ({error}); the "
+                          "next save of it removes it.", UserWarning, stacklevel=3)
     except BaseException as error:
         if staging is not None and os.path.isdir(staging):
-            _remove_retired(staging, path)  # the user's directories go back to `path`
+            # The user's directories go back to `path`; what cannot be removed now (the same refusal) is of an
+            # ended process after this one: the next save of `path` removes it.
+            with contextlib.suppress(OSError):
+                _remove_retired(staging, path)
         full = _no_space_error(error, path)
         if full is not None:
             raise full from None

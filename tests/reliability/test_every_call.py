@@ -31,12 +31,9 @@ KNOWN = {
     ("upload", "kill", "unblocked"): _UNRECORDED + "; and a kill during the upload's private copy leaves "
                                      "`$TMPDIR/keras_vit-upload-...` (a copy of the model) that nothing removes",
 }
-for _writer in ("preset", "preset-no-exchange", "keras", "timm", "lora", "figure", "huggingface", "epoch-backup",
-                "upload", "convert-cli"):
-    KNOWN[(_writer, "eacces", "clear_error")] = _UNCLEAR
-# A full disk is named by the user's path for the single-file writers; not yet for the directory writers.
-for _writer in ("preset", "preset-no-exchange", "huggingface", "epoch-backup", "upload"):
-    KNOWN[(_writer, "enospc", "clear_error")] = _UNCLEAR
+for _writer in ("epoch-backup", "upload"):
+    for _mode in ("enospc", "eacces"):
+        KNOWN[(_writer, _mode, "clear_error")] = _UNCLEAR
 
 
 @pytest.fixture(scope="module")
