@@ -150,7 +150,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
         run_dir = os.path.dirname(self.directory)
         if read_marker(run_dir)[0] == RUN_KIND:
             # Recorded before the swap: a kill right after it leaves a backup the next run knows as its own.
-            mark_directory(run_dir, RUN_KIND, [], coming=[os.path.basename(self.directory)])
+            with files.errors_named(self.directory):
+                mark_directory(run_dir, RUN_KIND, [], coming=[os.path.basename(self.directory)])
         with destination.directory() as staging:
             files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
             if getattr(self.model, "lora_enabled", False):
