@@ -642,12 +642,15 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
             _write_marker(staging, _staging_marker(kind, carried + carried_directories))
             for name in carried:  # the same file under two names until the old directory goes
                 os.link(os.path.join(path, name), os.path.join(staging, name), follow_symlinks=False)
-        for name in carried_directories:  # a directory cannot be linked: moved, last thing before the swap
-            os.rename(os.path.join(path, name), os.path.join(staging, name))
-        # From here the staging directory's marker is the new directory's: what it holds of ours, by digest.
+        # From here the staging directory's marker is the new directory's: what it holds of ours, by digest
+        # (a leftover's entries not listed, the user's, go back to `path`).
         _write_marker(staging, {"writer": "keras_vit", "kind": kind, "entries": entries})
         if os.path.isdir(path):
             _keep_modes(path, staging, skip=carried + carried_directories)
+        # A directory cannot be linked: moved, the last thing before the swap, so that a kill leaves the user's
+        # directory inside the staging (until the next save of `path` moves it back) for the fewest calls.
+        for name in carried_directories:
+            os.rename(os.path.join(path, name), os.path.join(staging, name))
         if not os.path.isdir(path):
             os.rename(staging, path)
             return
