@@ -254,11 +254,37 @@ class Destination:
         if name is not None:
             mark_directory(self.path, self.kind, [name])
 
+    def _announce(self, name):
+        """Before `name` is put in place: record its new content beside the old in the marker (by digest).
+
+        A kill after the file is in place and before `_record` leaves a file
+        the marker already knows as ours, so the rerun replaces it; a kill
+        before it is in place leaves the old file, also known. At no time
+        is a file keras_vit wrote unrecorded, nor is a user's file adopted
+        (its digest is neither).
+        """
+        if name is None:
+            return None
+
+        def announce(temporary):
+            kind, entries = read_marker(self.path)
+            entries = dict(entries) if kind == self.kind else {}
+            old = entries.get(name)
+            if isinstance(old, list):
+                known = old
+            else:
+                known = [old] if isinstance(old, str) and old != MARKED_DIRECTORY else []
+            entries[name] = sorted(set(known) | {digest_of(temporary)})
+            _write_marker(self.path, {"writer": "keras_vit", "kind": self.kind,
+                                      "entries": dict(sorted(entries.items()))})
+
+        return announce
+
     @contextlib.contextmanager
     def file(self, name=None, mode="wb"):
         """A file object whose content replaces the file only when the block succeeds."""
         self._prepare(name)
-        with atomic_write(self._target(name), mode) as file:
+        with atomic_write(self._target(name), mode, before_replace=self._announce(name)) as file:
             yield file
         self._record(name)
 
@@ -270,7 +296,7 @@ class Destination:
         `.weights.h5`); the temporary name is private to this process.
         """
         self._prepare(name)
-        with _staged_path(self._target(name), suffix) as temporary:
+        with _staged_path(self._target(name), suffix, before_replace=self._announce(name)) as temporary:
             yield temporary
         self._record(name)
 
@@ -328,7 +354,7 @@ class Destination:
 
 
 @contextlib.contextmanager
-def atomic_write(path, mode="wb"):
+def atomic_write(path, mode="wb", before_replace=None):
     """Open a private temporary file that replaces `path` only when the block succeeds.
 
     Args:
@@ -350,7 +376,7 @@ def atomic_write(path, mode="wb"):
     check_writable(path)
     # A killed earlier write of this path left its private temporary: ours, of an ended process, never the user's.
     _clean_abandoned(path)
-    with _staged_path(path) as temporary:
+    with _staged_path(path, before_replace=before_replace) as temporary:
         with open(temporary, mode.replace("w", "x")) as file:  # created here, never an existing file
             yield file
             file.flush()
@@ -358,8 +384,12 @@ def atomic_write(path, mode="wb"):
 
 
 @contextlib.contextmanager
-def _staged_path(path, suffix=""):
-    """A private temporary path beside `path`, renamed onto it when the block succeeds."""
+def _staged_path(path, suffix="", before_replace=None):
+    """A private temporary path beside `path`, renamed onto it when the block succeeds.
+
+    `before_replace(temporary)`, if given, runs when the file is complete and
+    before it is renamed into place (to record it as ours first).
+    """
     directory, base = os.path.split(os.path.abspath(path))
     temporary = os.path.join(directory, _private_name(base, "tmp", suffix))
     mode = _new_file_mode(path)
@@ -369,6 +399,8 @@ def _staged_path(path, suffix=""):
             raise FileNotFoundError(errno.ENOENT, "the writer left no file", temporary)
         # Files made through a temporary name (mkstemp, Keras' zip writer) may not get the umask's mode.
         os.chmod(temporary, mode)
+        if before_replace is not None:
+            before_replace(temporary)
         os.replace(temporary, path)
     except BaseException as error:
         with contextlib.suppress(OSError):
@@ -455,13 +487,43 @@ def check_room(directory, size):
                       f"{free / 2**20:.1f} MiB are free", directory)
 
 
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 def _no_space_error(error, path):
-    """`error` again, naming the user's `path` (not the private name) when it is a full disk or quota."""
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return OSError(error.errno, f"{os.strerror(error.errno)} while writing it; nothing was changed (the "
-                       "previous content, if any, is kept). Free some space or write elsewhere, and save again",
-                       path)
-    return None
+    """`error` again, naming the user's `path` (not the private name) when it is a full disk or a refusal.
+
+    A staged write fails on keras_vit's hidden staging name; the user knows
+    only `path`. A full disk (or quota) and a permission refused (or a
+    read-only file system) become one error naming `path`, the cause and
+    the fix. Other errors are returned as `None` (raised as they are).
+    """
+    if not isinstance(error, OSError) or error.errno not in _NO_SPACE + _NOT_ALLOWED:
+        return None
+    if error.errno in _NO_SPACE:
+        fix = "Free some space or write elsewhere, and save again"
+    else:
+        fix = "Choose a folder you can write to (or fix its permissions), and save again"
+    made = PermissionError if error.errno in (errno.EACCES, errno.EPERM) else OSError
+    return made(error.errno, f"{os.strerror(error.errno)} while writing it; nothing was changed (the previous "
+                f"content, if any, is kept). {fix}", path)
+
+
+@contextlib.contextmanager
+def errors_named(path):
+    """A full disk or a refused permission inside the block raised as one error naming the user's `path`.
+
+    For a write made on the user's behalf under another name (the run
+    directory's marker for its backup, an upload's private copy).
+    """
+    try:
+        yield
+    except OSError as error:
+        named = _no_space_error(error, path)
+        if named is not None:
+            raise named from None
+        raise
 
 
 def discarded_copy(write, name):
@@ -560,10 +622,10 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
     recover_abandoned(path)
     check_replaceable(path, kind, argument, names=reserved)  # again: time passed since the claim
     staging = os.path.join(parent, _private_name(base, "incoming"))
-    os.mkdir(staging)  # mode 0o777 & ~umask
-    _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours, and what in it is ours
     carried_directories = []
     try:
+        os.mkdir(staging)  # mode 0o777 & ~umask
+        _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours, and what in it is ours
         yield staging
         entries = {name: digest_of(os.path.join(staging, name)) for name in os.listdir(staging) if name != MARKER}
         carried = []
@@ -580,12 +642,15 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
             _write_marker(staging, _staging_marker(kind, carried + carried_directories))
             for name in carried:  # the same file under two names until the old directory goes
                 os.link(os.path.join(path, name), os.path.join(staging, name), follow_symlinks=False)
-        for name in carried_directories:  # a directory cannot be linked: moved, last thing before the swap
-            os.rename(os.path.join(path, name), os.path.join(staging, name))
-        # From here the staging directory's marker is the new directory's: what it holds of ours, by digest.
+        # From here the staging directory's marker is the new directory's: what it holds of ours, by digest
+        # (a leftover's entries not listed, the user's, go back to `path`).
         _write_marker(staging, {"writer": "keras_vit", "kind": kind, "entries": entries})
         if os.path.isdir(path):
             _keep_modes(path, staging, skip=carried + carried_directories)
+        # A directory cannot be linked: moved, the last thing before the swap, so that a kill leaves the user's
+        # directory inside the staging (until the next save of `path` moves it back) for the fewest calls.
+        for name in carried_directories:
+            os.rename(os.path.join(path, name), os.path.join(staging, name))
         if not os.path.isdir(path):
             os.rename(staging, path)
             return
@@ -600,10 +665,17 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
                 os.rename(retired, path)
                 raise
         staging = None
-        _remove_retired(retired, path)
+        try:
+            _remove_retired(retired, path)
+        except OSError as error:  # the new content is in place; the next save of `path` removes the rest
+            warnings.warn(f"{quote(path)} was saved, but its old content could not be removed ({error}); the "
+                          "next save of it removes it.", UserWarning, stacklevel=3)
     except BaseException as error:
         if staging is not None and os.path.isdir(staging):
-            _remove_retired(staging, path)  # the user's directories go back to `path`
+            # The user's directories go back to `path`; what cannot be removed now (the same refusal) is of an
+            # ended process after this one: the next save of `path` removes it.
+            with contextlib.suppress(OSError):
+                _remove_retired(staging, path)
         full = _no_space_error(error, path)
         if full is not None:
             raise full from None

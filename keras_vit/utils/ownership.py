@@ -145,8 +145,10 @@ def _owns(directory, name, entries):
         return False
     if recorded == MARKED_DIRECTORY:
         return os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None
+    # A list: a file being replaced, recorded before it is put in place (its old content or its new one).
+    accepted = recorded if isinstance(recorded, list) else [recorded]
     try:
-        return digest_of(path) == recorded
+        return digest_of(path) in accepted
     except OSError:
         return False
 

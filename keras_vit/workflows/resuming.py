@@ -82,12 +82,19 @@ class EpochCheckpoint(keras.callbacks.Callback):
         directory: str. The backup directory (replaced every epoch).
         settings: dict of JSON values describing the run (data, model,
             recipe, seed); a backup made with other settings is refused.
+        run: the run directory's `Destination` (`claim(run_dir, "run",
+            names=["backup", "log.csv"])`), claimed once by the command at
+            its start and handed down: its marker records the backup before
+            each swap. `None`: the directory above `directory` is recorded
+            when its marker says it is a run directory.
     """
 
-    def __init__(self, directory, settings=None):
+    def __init__(self, directory, settings=None, run=None):
         super().__init__()
         self.directory = os.path.abspath(os.fspath(directory))
         self.settings = json.loads(json.dumps(settings or {}, default=str))
+        self.run = run
+        self._destination = None  # the backup's claim, made once, at the first save
 
     def restore(self, model):
         """Load the backup into `model` (compiled); return the epochs it had done (0 without one)."""
@@ -145,13 +152,15 @@ class EpochCheckpoint(keras.callbacks.Callback):
             "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
         }
         # A file of the user's in backup/ (notes) is carried into each new backup, never deleted.
-        destination = claim(self.directory, CHECKPOINT_KIND,
-                            reserved=(CHECKPOINT_WEIGHTS, CHECKPOINT_STATE, CHECKPOINT_LORA))
-        run_dir = os.path.dirname(self.directory)
-        if read_marker(run_dir)[0] == RUN_KIND:
+        if self._destination is None:
+            self._destination = claim(self.directory, CHECKPOINT_KIND,
+                                      reserved=(CHECKPOINT_WEIGHTS, CHECKPOINT_STATE, CHECKPOINT_LORA))
+        run_dir = os.path.dirname(self.directory) if self.run is None else self.run.path
+        if self.run is not None or read_marker(run_dir)[0] == RUN_KIND:
             # Recorded before the swap: a kill right after it leaves a backup the next run knows as its own.
-            mark_directory(run_dir, RUN_KIND, [], coming=[os.path.basename(self.directory)])
-        with destination.directory() as staging:
+            with files.errors_named(self.directory):
+                mark_directory(run_dir, RUN_KIND, [], coming=[os.path.basename(self.directory)])
+        with self._destination.directory() as staging:
             files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
             if getattr(self.model, "lora_enabled", False):
                 files.write_arrays(os.path.join(staging, CHECKPOINT_LORA), self.model.lora_weights())
@@ -176,15 +185,20 @@ class EpochLog(keras.callbacks.Callback):
     recorded as keras_vit's by its content: a log the user edited is theirs.
 
     Args:
-        run_dir: str. The run directory (claimed for `log.csv`).
+        run_dir: str, or the run directory's `Destination` (claimed by the
+            command for `backup/` and `log.csv`); a path is claimed here
+            for `log.csv`.
         append: bool. Continue the rows already in the file (a resumed run).
     """
 
     def __init__(self, run_dir, append=False):
         super().__init__()
-        self.destination = claim(run_dir, RUN_KIND, names=[LOG_FILE], argument="run_dir")
+        if isinstance(run_dir, files.Destination):
+            self.destination = run_dir
+        else:
+            self.destination = claim(run_dir, RUN_KIND, names=[LOG_FILE], argument="run_dir")
         self.rows = []
-        path = os.path.join(run_dir, LOG_FILE)
+        path = os.path.join(self.destination.path, LOG_FILE)
         if append and os.path.exists(path):
             with open(path) as file:
                 self.rows = file.read().splitlines()
@@ -256,11 +270,12 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     all_callbacks = [EpochSync(data), keras.callbacks.TerminateOnNaN(), *callbacks]
     initial_epoch = 0
     if run_dir is not None:
-        check_run_dir(run_dir)
+        # Claimed once, here, and handed down to the backup and the log.
+        run = claim(run_dir, RUN_KIND, names=[BACKUP_DIR, LOG_FILE], argument="run_dir")
         if chief:
             files.make_directory(run_dir)
             mark_directory(run_dir, RUN_KIND, [BACKUP_DIR, LOG_FILE])
-        checkpoint = EpochCheckpoint(os.path.join(run_dir, BACKUP_DIR), settings)
+        checkpoint = EpochCheckpoint(os.path.join(run_dir, BACKUP_DIR), settings, run=run)
         initial_epoch = engine.restore(checkpoint, model)
         if initial_epoch and chief:
             _trim_log(run_dir, initial_epoch)
@@ -269,7 +284,7 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
         # The log's row first, then the backup: a kill between leaves the log one row ahead, which the
         # rerun trims (`_trim_log`); the other way round it would lose the row of an epoch the backup holds.
         if chief:
-            all_callbacks.append(EpochLog(run_dir, append=initial_epoch > 0))
+            all_callbacks.append(EpochLog(run, append=initial_epoch > 0))
         all_callbacks.append(checkpoint)
     # First: the checkpoint and the log then hold the job's numbers.
     all_callbacks[:0] = engine.prepare(model, data)

@@ -19,24 +19,8 @@ from tests.reliability import fault_harness
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 one_backend = pytest.mark.one_backend("the writers' file logic; the harness drives its own torch process")
 
-# What the harness found on main, by (writer, mode, property): each a defect of the writer to fix.
-_UNCLEAR = ("the error names keras_vit's hidden temporary (or no file at all), not the user's path "
-            "(issue 40, 'long output names name keras_vit's hidden temporary')")
-_UNRECORDED = ("a kill after a file is put in place and before the marker records it leaves a file keras_vit "
-               "wrote that it no longer knows as its own: the rerun refuses it as the user's")
-KNOWN = {
-    ("figures-dir", "kill", "rerun"): _UNRECORDED,
-    ("figures-dir", "kill", "unblocked"): _UNRECORDED,
-    ("upload", "kill", "rerun"): _UNRECORDED,
-    ("upload", "kill", "unblocked"): _UNRECORDED + "; and a kill during the upload's private copy leaves "
-                                     "`$TMPDIR/keras_vit-upload-...` (a copy of the model) that nothing removes",
-}
-for _writer in ("preset", "preset-no-exchange", "keras", "timm", "lora", "figure", "huggingface", "epoch-backup",
-                "upload", "convert-cli"):
-    KNOWN[(_writer, "eacces", "clear_error")] = _UNCLEAR
-# A full disk is named by the user's path for the single-file writers; not yet for the directory writers.
-for _writer in ("preset", "preset-no-exchange", "huggingface", "epoch-backup", "upload"):
-    KNOWN[(_writer, "enospc", "clear_error")] = _UNCLEAR
+# What the harness finds on main, by (writer, mode, property): each a defect of the writer to fix (none known).
+KNOWN = {}
 
 
 @pytest.fixture(scope="module")
