@@ -205,6 +205,16 @@ def load_average():
         return None
 
 
+def write_summary(summary, output_dir, filename):
+    """Note the load at the end in `summary` and write it as JSON to `output_dir/filename`; the path."""
+    summary["load_at_end"] = load_average()
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, filename)
+    with open(path, "w") as f:
+        json.dump(summary, f, indent=1)
+    return path
+
+
 def emit(result):
     """Print the worker's result as one JSON line the driver picks out."""
     sys.stdout.write("BENCH_RESULT " + json.dumps(result) + "\n")

@@ -278,14 +278,10 @@ def main(argv=None):
             print(f"[{time.perf_counter() - started:6.0f}s] round {round_index + 1} {name}: {status} "
                   f"(load {common.load_average():.1f})", flush=True)
     summary["raw"] = raw
-    summary["load_at_end"] = common.load_average()
     summary["table"] = summarize(raw, names)
     summary["programs"] = {n: next((r.get("train_program") for r in raw[n] if "error" not in r), None)
                            for n in names}
-    os.makedirs(args.output_dir, exist_ok=True)
-    path = os.path.join(args.output_dir, f"jax-experiments-{stamp}.json")
-    with open(path, "w") as f:
-        json.dump(summary, f, indent=1)
+    path = common.write_summary(summary, args.output_dir, f"jax-experiments-{stamp}.json")
     print_table(summary)
     print(f"\nwrote {path}")
     return 0

@@ -215,12 +215,9 @@ def main(argv=None):
                 print(f"[{time.perf_counter() - started:6.0f}s] process {index + 1} {backend}: folded/rank-3 "
                       f"{status} (load {common.load_average():.1f})", flush=True)
     summary["raw"] = results
-    summary["load_at_end"] = common.load_average()
     summary["table"] = {b: {f"{mode}_{key}": ratios(results, b, mode, key) for mode in ("forward", "train")
                             for key in ("images_per_s", "images_per_cpu_s")} for b in backends}
-    path = os.path.join(args.output_dir, f"patch-projection-{stamp}.json")
-    with open(path, "w") as f:
-        json.dump(summary, f, indent=1)
+    path = common.write_summary(summary, args.output_dir, f"patch-projection-{stamp}.json")
     print_table(summary)
     print(f"\nwrote {path} (worker output: {log_path})")
     return 0
