@@ -64,6 +64,8 @@ from keras_vit.utils.ownership import (  # noqa: F401  (public names of the writ
     KEEPS_USERS_FILES,
     MARKED_DIRECTORY,
     MARKER,
+    NO_SPACE,
+    NOT_ALLOWED,
     OUTPUT_FILE_FORMATS,
     _abandoned,
     _abandoned_private,
@@ -487,8 +489,6 @@ def check_room(directory, size):
                       f"{free / 2**20:.1f} MiB are free", directory)
 
 
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-_NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def _no_space_error(error, path):
@@ -499,9 +499,9 @@ def _no_space_error(error, path):
     read-only file system) become one error naming `path`, the cause and
     the fix. Other errors are returned as `None` (raised as they are).
     """
-    if not isinstance(error, OSError) or error.errno not in _NO_SPACE + _NOT_ALLOWED:
+    if not isinstance(error, OSError) or error.errno not in NO_SPACE + NOT_ALLOWED:
         return None
-    if error.errno in _NO_SPACE:
+    if error.errno in NO_SPACE:
         fix = "Free some space or write elsewhere, and save again"
     else:
         fix = "Choose a folder you can write to (or fix its permissions), and save again"

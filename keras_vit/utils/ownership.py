@@ -19,6 +19,7 @@ The writer's read-only half (`keras_vit.utils.files` writes):
   output's parent must be writable.
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -37,6 +38,9 @@ KEEPS_USERS_FILES = ("huggingface", "checkpoint")
 # The marker's value for an entry that is a directory with a marker of its own (a run's `backup/`).
 MARKED_DIRECTORY = "marked-directory"
 CHUNK = 1 << 20  # bytes read at a time
+# The failures of a write that name their cause and fix for the user: a full disk (or quota), and a refusal.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 # === Names, processes ===

@@ -7,7 +7,7 @@ import shutil
 import stat
 import tempfile
 
-from keras_vit.utils.ownership import CHUNK, _abandoned, _private_name, quote
+from keras_vit.utils.ownership import CHUNK, NO_SPACE, NOT_ALLOWED, _abandoned, _private_name, quote
 
 # The private copies' base name: `.keras_vit-upload.keras_vit-HOST-PID-RANDOM.tmp` in the temporary folder.
 _COPY_BASE = "keras_vit-upload"
@@ -60,9 +60,9 @@ def _copy_error(error, directory, scratch):
     """A full or refused temporary folder, named for the user's `directory`; an unreadable source stays as it is."""
     if error.filename is not None and not os.fspath(error.filename).startswith(scratch + os.sep):
         return error
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+    if error.errno in NO_SPACE:
         fix = "free some space there, or set TMPDIR to a folder with room"
-    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    elif error.errno in NOT_ALLOWED:
         fix = "set TMPDIR to a folder you can write to"
     else:
         return error
