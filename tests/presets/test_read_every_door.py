@@ -72,11 +72,15 @@ def spy(monkeypatch):
     monkeypatch.setattr(presets, "load_model", recording)
     monkeypatch.setattr(load_module, "load_model", recording)
     # A module that imported the reader by name (`from keras_vit.presets import load_model`) holds it too;
-    # one imported after this point binds the recording one.
+    # one imported after this point binds the recording one, which monkeypatch does not undo: the teardown puts
+    # the reader back there, or a later test's calls would go to this test's list (or stop after loading).
     for name, module in list(sys.modules.items()):
         if name.startswith("keras_vit.") and getattr(module, "load_model", None) is real:
             monkeypatch.setattr(module, "load_model", recording)
-    return calls
+    yield calls
+    for name, module in list(sys.modules.items()):
+        if name.startswith("keras_vit.") and getattr(module, "load_model", None) is recording:
+            module.load_model = real
 
 
 @pytest.fixture(autouse=True)
