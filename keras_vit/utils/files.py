@@ -785,8 +785,13 @@ def _remove_retired(directory, path):
                 # Renamed first: a tree removed in part is no longer the same as its twin, but a private name of
                 # an ended process is ours wherever it is found; a kill inside the removal leaves only that.
                 doomed = os.path.join(directory, name if _abandoned_private(name) else _private_name(name, "old"))
-                if doomed != entry:
-                    os.rename(entry, doomed)
+                try:
+                    if doomed != entry:
+                        os.rename(entry, doomed)
+                except OSError as error:  # a name too long for its private name: removed where it is
+                    if error.errno != errno.ENAMETOOLONG:
+                        raise
+                    doomed = entry
                 shutil.rmtree(doomed)
             else:
                 os.remove(entry)

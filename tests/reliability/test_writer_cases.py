@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
@@ -392,6 +393,26 @@ def test_a_users_directory_stays_at_its_path_until_a_huggingface_export_is_swapp
     assert seen == [mine], "the user's directory was not at its path at the exchange"
     assert _tree_with_modes(notes) == mine  # carried into the new export whole
     assert os.readlink(notes / "elsewhere") == str(secret)
+    assert not private_leftovers(tmp_path)
+
+
+@one_backend
+def test_a_users_directory_whose_name_leaves_no_room_for_a_private_name_is_carried_and_cleaned(tmp_path):
+    # The retired original is renamed to a private name (52 characters longer) before it is removed; a name
+    # near the file system's limit cannot take one and is removed where it is, leaving nothing behind.
+    from keras_vit.convert import export_huggingface
+
+    out = tmp_path / "hf"
+    export_huggingface(tiny_classifier(), out)
+    long_name = "n" * (os.pathconf(tmp_path, "PC_NAME_MAX") - 10)
+    (out / long_name).mkdir()
+    (out / long_name / "a.txt").write_text("mine")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_huggingface(tiny_classifier(), out)
+    # "... could not be removed ...; the next save removes it" would name the export.
+    assert not [str(item.message) for item in caught if str(out) in str(item.message)]
+    assert (out / long_name / "a.txt").read_text() == "mine"
     assert not private_leftovers(tmp_path)
 
 
