@@ -25,7 +25,7 @@ from keras_vit.presets.kaggle import parse_kaggle_handle
 from keras_vit.presets.formats import READ_FORMATS, detect_config_format
 from keras_vit.presets.registry import PRESETS
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import interrupted_save, quote
+from keras_vit.utils.files import interrupted_save, quote, recover_for_reading
 
 
 def describe_handles():
@@ -54,6 +54,7 @@ def resolve(handle):
     if handle.startswith("kaggle://"):
         parse_kaggle_handle(handle)
         return "kaggle", handle, None
+    handle = recover_for_reading(handle)  # a save killed between its two renames: its old copy back first
     if os.path.exists(handle):
         return "local", handle, None
     if os.sep in handle or (os.altsep and os.altsep in handle) or os.path.splitext(handle)[1]:

@@ -20,9 +20,12 @@ beside it and exchanged with the old one by Linux's
 the new directory at the path, never a mix. Where a kind keeps the user's
 files (a Hugging Face directory beside a user's README, a checkpoint with a
 user's notes), those files are carried into the new directory as hard links
-before the exchange. Where no exchange exists, the old directory is moved
-aside first; if the process dies before the new one is in place, the next
-save of that path moves it back.
+before the exchange, and the user's directories as copies (a directory
+cannot be linked; the original stays in the old directory until the swap
+retires it). Where no exchange exists, the old directory is moved aside
+first; a process that dies before the new one is in place leaves no
+directory at the path until keras_vit's next access of it: a load or a save
+moves the old one back (a load that cannot reads the old one where it is).
 
 **Staging is private and cleaned only when provably abandoned.** Staging,
 retired and temporary names are `.NAME.keras_vit-HOST-PID-RANDOM.ROLE`:
@@ -639,18 +642,21 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
                     carried_directories.append(name)
                 else:
                     carried.append(name)
-            _write_marker(staging, _staging_marker(kind, carried + carried_directories))
+            # Only the linked files are the user's in the staging: a copy of a user's directory is ours to
+            # delete (a kill during the copy leaves part of one, which the next save removes).
+            _write_marker(staging, _staging_marker(kind, carried))
             for name in carried:  # the same file under two names until the old directory goes
                 os.link(os.path.join(path, name), os.path.join(staging, name), follow_symlinks=False)
+            # A directory cannot be linked: copied, so the user's original stays at `path` until the swap (then
+            # it is in the retired directory, removed there only while its copy at `path` is identical).
+            for name in carried_directories:
+                _copy_users_directory(os.path.join(path, name), os.path.join(staging, name), path, argument)
         # From here the staging directory's marker is the new directory's: what it holds of ours, by digest
-        # (a leftover's entries not listed, the user's, go back to `path`).
+        # (a leftover's entries not listed, the user's, go back to `path`; the copies of directories still there
+        # are removed).
         _write_marker(staging, {"writer": "keras_vit", "kind": kind, "entries": entries})
         if os.path.isdir(path):
             _keep_modes(path, staging, skip=carried + carried_directories)
-        # A directory cannot be linked: moved, the last thing before the swap, so that a kill leaves the user's
-        # directory inside the staging (until the next save of `path` moves it back) for the fewest calls.
-        for name in carried_directories:
-            os.rename(os.path.join(path, name), os.path.join(staging, name))
         if not os.path.isdir(path):
             os.rename(staging, path)
             return
@@ -682,6 +688,51 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
         raise
 
 
+def _copy_users_directory(source, target, path, argument=None):
+    """Copy a user's directory: files with their bytes, modes and times, links as links (never followed).
+
+    Anything else (a FIFO, a socket, a device node) is refused by name:
+    reading one could block or never end.
+    """
+    os.mkdir(target)
+    with os.scandir(source) as entries:
+        for entry in sorted(entries, key=lambda item: item.name):
+            copy = os.path.join(target, entry.name)
+            if entry.is_symlink():
+                os.symlink(os.readlink(entry.path), copy)
+            elif entry.is_dir(follow_symlinks=False):
+                _copy_users_directory(entry.path, copy, path, argument)
+            elif entry.is_file(follow_symlinks=False):
+                shutil.copy2(entry.path, copy, follow_symlinks=False)
+            else:
+                raise ArgumentError(f"{{name}} {quote(path)} holds {quote(entry.path)}, which is neither a file, "
+                                    "a directory nor a link; keras_vit carries only those into the new directory. "
+                                    "Move it away and save again.", argument)
+    shutil.copystat(source, target, follow_symlinks=False)  # after the content: the directory's mode and times
+
+
+def _same_tree(first, second):
+    """True if directories `first` and `second` hold the same names, types, modes, bytes and link targets."""
+    def listing(root):
+        found = {}
+        for directory, directories, names in os.walk(root):
+            for name in directories + names:
+                entry = os.path.join(directory, name)
+                info = os.lstat(entry)
+                found[os.path.relpath(entry, root)] = (stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode),
+                                                        os.readlink(entry) if stat.S_ISLNK(info.st_mode) else
+                                                        digest_of(entry) if stat.S_ISREG(info.st_mode) else None)
+        return found
+
+    try:
+        if not (os.path.isdir(first) and os.path.isdir(second)) or os.path.islink(first) or os.path.islink(second):
+            return False
+        return (stat.S_IMODE(os.stat(first).st_mode) == stat.S_IMODE(os.stat(second).st_mode)
+                and listing(first) == listing(second))
+    except OSError:
+        return False
+
+
 def _keep_modes(old, new, skip=()):
     """Give directory `new` the mode of `old`, and each regular file of `new` the mode of its namesake in `old`.
 
@@ -706,9 +757,10 @@ def _remove_retired(directory, path):
     An entry goes when it is ours by the directory's marker (its digest
     matches), when the marker says the directory was staging and the entry
     was not carried from the user, or when the same file is at `path` (a
-    carried hard link). Anything else is the user's: moved back to `path`
-    when its name is free there (a directory carried before the swap), else
-    left, with the directory.
+    carried hard link), or the same directory tree (a user's directory and
+    its copy: whichever is here, the other is at `path`). Anything else is
+    the user's: moved back to `path` when its name is free there, else left,
+    with the directory.
     """
     marker = {}
     with contextlib.suppress(OSError, ValueError):
@@ -726,10 +778,21 @@ def _remove_retired(directory, path):
         twin = os.path.join(path, name)
         ours = ((staging is not None and name not in carried) or _owns(directory, name, entries)
                 or _abandoned_private(name))
-        same = os.path.lexists(twin) and not os.path.isdir(entry) and _same_file(entry, twin)
+        same = os.path.lexists(twin) and (_same_tree(entry, twin) if os.path.isdir(entry) and not os.path.islink(entry)
+                                          else _same_file(entry, twin))
         if ours or same:
             if os.path.isdir(entry) and not os.path.islink(entry):
-                shutil.rmtree(entry)
+                # Renamed first: a tree removed in part is no longer the same as its twin, but a private name of
+                # an ended process is ours wherever it is found; a kill inside the removal leaves only that.
+                doomed = os.path.join(directory, name if _abandoned_private(name) else _private_name(name, "old"))
+                try:
+                    if doomed != entry:
+                        os.rename(entry, doomed)
+                except OSError as error:  # a name too long for its private name: removed where it is
+                    if error.errno != errno.ENAMETOOLONG:
+                        raise
+                    doomed = entry
+                shutil.rmtree(doomed)
             else:
                 os.remove(entry)
         elif os.path.isdir(path) and not os.path.lexists(twin):
@@ -784,7 +847,7 @@ def interrupted_save(path):
     aside (`.NAME.keras_vit-...old`) before moving the new one in; a kill
     between the two leaves `path` missing. The newest such copy of an ended
     process on this host is returned, for a save to move back and for a
-    load to name.
+    load to put back (see `recover_for_reading`).
     """
     path = os.path.abspath(os.fspath(path))
     parent, base = os.path.split(path)
@@ -793,6 +856,45 @@ def interrupted_save(path):
     retired = [os.path.join(parent, name) for name in os.listdir(parent)
                if _abandoned(name, base) and name.endswith(".old") and os.path.isdir(os.path.join(parent, name))]
     return max(retired, key=os.path.getmtime) if retired else None
+
+
+def recover_for_reading(path):
+    """The path to read for `path`: first, the old copy a killed save left aside is put back in place.
+
+    Where the system has no atomic exchange, a save moves the old directory
+    aside before moving the new one in; a kill between the two leaves no
+    directory at `path` (a directory's content cannot be replaced in one step
+    without an exchange). keras_vit's next access undoes it, as a database
+    replays its journal on the next open: the old copy of an ENDED process on
+    this host is moved back, with a warning. Where it cannot be moved (a
+    read-only folder), the copy is read where it is, with a warning saying
+    how to put it back. A copy of a live process (a save in progress, which
+    puts the new directory in place itself) is never touched.
+
+    Args:
+        path: str or path-like. What the user asked to read.
+
+    Returns:
+        str. `path`, or the old copy to read in its place.
+    """
+    path = os.fspath(path)
+    retired = interrupted_save(path)
+    if retired is None:
+        return path
+    try:
+        os.rename(retired, path)
+    except OSError as error:
+        if os.path.lexists(path):  # another reader or a save put a directory there first: read that
+            return path
+        warnings.warn(f"{quote(path)} is missing: a save of it was killed while replacing it, and its previous "
+                      f"content {quote(retired)} could not be put back ({error.strerror}); it is read from there. "
+                      f"To put it back: mv {quote(retired)} {quote(path)} (or save to {quote(path)} again where the "
+                      "folder is writable).", UserWarning, stacklevel=3)
+        return retired
+    warnings.warn(f"{quote(path)} was missing: a save of it was killed while replacing it (its process has "
+                  f"ended); its previous content, aside as {quote(retired)}, was put back.", UserWarning,
+                  stacklevel=3)
+    return path
 
 
 def _clean_abandoned(path):
