@@ -79,8 +79,8 @@ def load_pretrained_backbone(path, purpose="load_pretrained_backbone"):
 
     Args:
         path: str. The model handle.
-        purpose: str. Who asks, named when the handle holds another kind of
-            model.
+        purpose: str. Who asks, named when the handle holds another model
+            class.
 
     Returns:
         A `ViTBackbone` with the saved weights.
