@@ -61,8 +61,9 @@ def _or_null(rule):
 
 _BOOL = _json_type(lambda value: isinstance(value, bool), "true or false")
 _TEXT = _json_type(lambda value: isinstance(value, str), "a string")
-_LAYER = _json_type(lambda value: value is None or (isinstance(value, dict) and isinstance(value.get("class_name"), str)),
-               "null or a serialized Keras layer")
+_LAYER = _json_type(
+    lambda value: value is None or (isinstance(value, dict) and isinstance(value.get("class_name"), str)),
+    "null or a serialized Keras layer")
 _DTYPE_KIND = _json_type(lambda value: value is None or isinstance(value, str) or (
     isinstance(value, dict) and isinstance(value.get("class_name"), str) and isinstance(value.get("config"), dict)),
     "null, a dtype policy name or a serialized dtype policy")
