@@ -64,7 +64,7 @@ _TEXT = _json_type(lambda value: isinstance(value, str), "a string")
 _LAYER = _json_type(
     lambda value: value is None or (isinstance(value, dict) and isinstance(value.get("class_name"), str)),
     "null or a serialized Keras layer")
-_DTYPE_KIND = _json_type(lambda value: value is None or isinstance(value, str) or (
+_DTYPE_POLICY = _json_type(lambda value: value is None or isinstance(value, str) or (
     isinstance(value, dict) and isinstance(value.get("class_name"), str) and isinstance(value.get("config"), dict)),
     "null, a dtype policy name or a serialized dtype policy")
 _COUNT = check_count
@@ -99,7 +99,7 @@ CONFIG_KEYS = {
         "color_bits": _COUNT, "seed": _or_null(_json_type(is_int, "an integer")),
     },
 }
-OPTIONAL_KEYS = {"name": _or_null(_TEXT), "dtype": _DTYPE_KIND}
+OPTIONAL_KEYS = {"name": _or_null(_TEXT), "dtype": _DTYPE_POLICY}
 _RESAVE = "Restore it, or save the model again with `save_to_preset`."
 
 
@@ -117,7 +117,7 @@ def _check_keys(config, class_name, where, prefix):
             raise ValueError(f"{where}: `{prefix}{key}` is missing ({class_name}'s {key}: "
                              f"{_default_of(class_name, key)}). The file was edited or damaged. {_RESAVE}")
     def dtype_policy(value, name):  # a name Keras knows, or each entry of a serialized policy (map) a policy
-        _DTYPE_KIND(value, name)
+        _DTYPE_POLICY(value, name)
         if isinstance(value, str):
             keras.dtype_policies.get(value)
         elif value is not None:

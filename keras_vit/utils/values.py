@@ -32,7 +32,7 @@ def _is_real(value):
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _int_kind(minimum, maximum=None):
+def _int_range(minimum, maximum=None):
     if maximum is not None:
         return f"an int from {minimum} to {maximum}"
     return "a positive int" if minimum == 1 else f"an int >= {minimum}"
@@ -49,13 +49,13 @@ def check_count(value, name, minimum=1, maximum=None):
             to `None`.
     """
     if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
-        raise ValueError(f"`{name}` must be {_int_kind(minimum, maximum)}. Received: {name}={value!r}")
+        raise ValueError(f"`{name}` must be {_int_range(minimum, maximum)}. Received: {name}={value!r}")
 
 
 def check_optional_count(value, name, minimum=1):
     """Like `check_count`, but `None` (the feature is off) passes too."""
     if value is not None and (not is_int(value) or value < minimum):
-        raise ValueError(f"`{name}` must be {_int_kind(minimum)} or None. Received: {name}={value!r}")
+        raise ValueError(f"`{name}` must be {_int_range(minimum)} or None. Received: {name}={value!r}")
 
 
 def check_counts(values, name, minimum=1, what=""):
