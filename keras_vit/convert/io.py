@@ -327,7 +327,7 @@ def check_finite(tensors, source, allow_non_finite=False):
     bad = []
     for name, array in tensors.items():
         array = np.asarray(array)
-        if array.dtype.file_format == "f" and not np.isfinite(array).all():
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
             bad.append(f"{name} ({int(np.size(array) - np.isfinite(array).sum())} of {array.size} values)")
     if bad:
         raise OptInRequired(
