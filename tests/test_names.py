@@ -36,3 +36,35 @@ def test_the_check_finds_a_constant_with_two_meanings():
                (None, "b.py", ast.parse('FILE = "export.json"\n_PRIVATE = 2\nSAME = 1\n')),
                (None, "c.py", ast.parse("SAME = 1\n"))]
     assert constants_with_two_values(sources) == {"FILE": {"'metadata.json'": ["a.py"], "'export.json'": ["b.py"]}}
+
+
+# Issue 40: `kind` named six things; it now names only what an ownership marker records. The renamed public
+# keywords keep working under their old names, with a warning that names the new one (as Keras does).
+def test_the_renamed_keywords_still_work_and_warn(tmp_path):
+    from keras_vit.distribution import distribution_for_backend
+    from keras_vit.presets import load_model
+    from keras_vit.utils.errors import ArgumentError
+    from keras_vit.workflows.optimizers import build_optimizer
+    from tests.reliability.helpers import tiny_classifier
+
+    path = str(tmp_path / "classifier.keras")
+    tiny_classifier().save(path)
+    # main: `kinds` was the name (no warning), `model_classes` an unknown converter option.
+    assert type(load_model(path, model_classes=("ViTClassifier",))).__name__ == "ViTClassifier"
+    with pytest.warns(DeprecationWarning, match="`kinds` of load_model.*`model_classes="):
+        assert type(load_model(path, kinds=("ViTClassifier",))).__name__ == "ViTClassifier"
+    with pytest.warns(DeprecationWarning), pytest.raises(ArgumentError, match="takes a ViTBackbone"):
+        load_model(path, kinds=("ViTBackbone",))  # the old keyword still selects
+    with pytest.raises(TypeError, match="model_classes"):
+        load_model(path, model_classes=("ViTClassifier",), kinds=("ViTClassifier",))
+
+    with pytest.warns(DeprecationWarning, match="`kind` of distribution_for_backend.*`parallelism="):
+        with pytest.raises(ValueError, match="Received: parallelism='pipeline'"):
+            distribution_for_backend(kind="pipeline")
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        distribution_for_backend("data", kinds="data")
+
+    with pytest.warns(DeprecationWarning, match="`kind` of build_optimizer.*`name="):
+        old = build_optimizer(kind="sgd", learning_rate=0.1, total_updates=10)
+    new = build_optimizer("sgd", 0.1, 10)
+    assert type(old) is type(new) and old.get_config()["momentum"] == new.get_config()["momentum"] == 0.9

@@ -187,7 +187,7 @@ class ImageSize(CheckedValue):
 
 
 class Path(CheckedValue):
-    """A file or directory path. Only the empty string is refused here: the commands check existence, kind
+    """A file or directory path. Only the empty string is refused here: the commands check existence, type
     and writability themselves, with messages that say which."""
 
     requirement = "a path, not an empty string"

@@ -14,9 +14,9 @@ def _destination_format(destination, requested):
     if requested != "auto":
         return requested
 
-    kind = output_format(destination)
-    if kind is not None:
-        return {"safetensors": "timm"}.get(kind, kind)  # a .safetensors file is written in timm's names
+    file_format = output_format(destination)
+    if file_format is not None:
+        return {"safetensors": "timm"}.get(file_format, file_format)  # a .safetensors file is written in timm's names
 
     raise UsageError(
         f"Cannot tell the output format of {destination!r}. Use a .keras, .weights.h5 or .safetensors "

@@ -23,12 +23,12 @@ def add_arguments(parser):
 def load_model(handle, backbone=False, purpose="keras-vit export"):
     """The `ViTClassifier` or `ViTBackbone` that `handle` names (its backbone with `backbone=True`).
 
-    Read by the one reader, `keras_vit.presets.load_model`: any handle kind;
-    another kind of model (a masked patch predictor) is refused.
+    Read by the one reader, `keras_vit.presets.load_model`: any handle;
+    another model class (a masked patch predictor) is refused.
     """
     from keras_vit.presets import load_model as read_model
 
-    return read_model(handle, kinds=("ViTClassifier", "ViTBackbone"), purpose=purpose,
+    return read_model(handle, model_classes=("ViTClassifier", "ViTBackbone"), purpose=purpose,
                       target="backbone" if backbone else None)
 
 

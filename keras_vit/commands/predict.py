@@ -19,10 +19,10 @@ def add_arguments(parser):
 
 
 def _load_model(handle):
-    """The classifier `handle` names, read by the one reader (any handle kind; another kind of model refused)."""
+    """The classifier `handle` names, read by the one reader (any handle; another model class refused)."""
     from keras_vit.presets import load_model
 
-    return load_model(handle, kinds=("ViTClassifier",), purpose="keras-vit predict")
+    return load_model(handle, model_classes=("ViTClassifier",), purpose="keras-vit predict")
 
 
 def run(args):

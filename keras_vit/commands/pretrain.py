@@ -85,7 +85,7 @@ def _folder_images(args):
 
 
 def run(args):
-    check_training_flags(args)
+    run_claim = check_training_flags(args)  # the run directory, claimed once: handed down to the training
     if args.data_dir is not None and not os.path.isdir(args.data_dir):
         raise UsageError(f"No such image folder: {quote(args.data_dir)}. Give a directory of images (class "
                          "subfolders or not), or none for the digits.")
@@ -93,16 +93,16 @@ def run(args):
         raise UsageError("--mask-rate and --random-rate are shares of the corrupted patches: together at most 1 "
                          f"(the rest stay unchanged). Received: --mask-rate {args.mask_rate} --random-rate "
                          f"{args.random_rate}")
-    return run_distributed(args, lambda distribution: _run(args))
+    return run_distributed(args, lambda distribution: _run(args, run_claim))
 
 
-def _run(args):
+def _run(args, run_claim=None):
     import keras  # after parsing, as every library import here
 
     from keras_vit.data import load_digits_split
     from keras_vit.workflows.digits_demo import build_digits_predictor
     from keras_vit.workflows.pretraining import pretrain_predictor
-    from keras_vit.workflows.resuming import default_run_dir, finish_run
+    from keras_vit.workflows.resuming import finish_run
     from keras_vit.workflows.training import save_model
 
     overrides = {}
@@ -121,10 +121,9 @@ def _run(args):
     )
     print(f"Backend: {keras.backend.backend()}; masked patch prediction ({args.target}) on "
           f"{what}; backbone: {predictor.backbone.count_params():,} parameters.")
-    run_dir = args.run_dir or default_run_dir(args.save)
     result = pretrain_predictor(
         predictor, train, validation_images=held_out, epochs=args.epochs, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, seed=args.seed, run_dir=run_dir, keep_backup=True,
+        learning_rate=args.learning_rate, seed=args.seed, run=run_claim, keep_backup=True,
         settings=run_settings(args, "command", "data_dir", "image_size", "channels", "epochs", "batch_size",
                               "learning_rate", "seed", "target", "color_bits", "corruption_rate", "mask_rate",
                               "random_rate"),
@@ -133,7 +132,7 @@ def _run(args):
     summary = ", ".join(f"{name} {value:.4f}" for name, value in held_out.items())
     print(f"Held-out masked patches: {summary} (trained in {result['seconds']:.0f} s)")
     save_model(predictor, args.save)
-    finish_run(run_dir)  # after the save: a kill before it resumes with every epoch done
+    finish_run(run_claim)  # after the save: a kill before it resumes with every epoch done
     print(f"Saved the pre-trained model to {args.save}; fine-tune it with "
           f"`keras-vit train --init-from {args.save}`")
     return 0

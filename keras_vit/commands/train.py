@@ -41,11 +41,11 @@ def add_arguments(parser):
 
 
 def run(args):
-    check_training_flags(args)
-    return run_distributed(args, lambda distribution: _run(args, distribution))
+    run_claim = check_training_flags(args)  # the run directory, claimed once: handed down to the training
+    return run_distributed(args, lambda distribution: _run(args, distribution, run_claim))
 
 
-def _run(args, distribution=None):
+def _run(args, distribution=None, run_claim=None):
     # The library, and so Keras, is imported here, after parsing: `keras-vit train --help` starts no backend.
     import keras
     import numpy as np
@@ -55,7 +55,7 @@ def _run(args, distribution=None):
     from keras_vit.models.vit_classifier import ViTClassifier
     from keras_vit.workflows.digits_demo import DIGITS_MODEL, build_digits_classifier
     from keras_vit.workflows.pretraining import load_pretrained_backbone
-    from keras_vit.workflows.resuming import default_run_dir, finish_run
+    from keras_vit.workflows.resuming import finish_run
     from keras_vit.workflows.training import save_model, train_classifier
 
     # What the flags ask of the devices and of the --init-from file, before the digits are read. The job's
@@ -96,13 +96,12 @@ def _run(args, distribution=None):
           f"{len(x_train)} training and {len(x_test)} held-out digits.")
     if distribution is not None:
         print(f"Distributed ({args.distribute} parallel): {describe_distribution(distribution)}")
-    run_dir = getattr(args, "run_dir", None) or default_run_dir(args.save)
-    if run_dir is None:
+    if run_claim is None:
         print("No checkpoints: pass --save or --run-dir to resume after an interruption.")
     result = train_classifier(
         model, (x_train, y_train), (x_test, y_test),
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay, seed=args.seed, run_dir=run_dir, keep_backup=True,
+        weight_decay=args.weight_decay, seed=args.seed, run=run_claim, keep_backup=True,
         settings=run_settings(args, "command", "epochs", "batch_size", "learning_rate", "weight_decay", "seed",
                               "variant", "image_size", "init_from"),
     )
@@ -111,6 +110,6 @@ def _run(args, distribution=None):
     if args.save:
         save_model(model, args.save)
         print(f"Saved the trained model to {args.save}")
-    finish_run(run_dir)  # after the save: a kill before it resumes with every epoch done
+    finish_run(run_claim)  # after the save: a kill before it resumes with every epoch done
     return 0
 

@@ -129,7 +129,7 @@ def describe_distribution(distribution):
 
 
 def check_training_flags(args):
-    """The checks `train` and `pretrain` make before any work: numbers, `--save`, the run directory.
+    """The checks `train` and `pretrain` make before any work: numbers, `--save`; and the run directory's claim.
 
     Each flag's own range is checked while parsing (`keras_vit.commands.arguments`); these are the library's
     checks again, and those that involve more than one flag or the file system.
@@ -138,10 +138,15 @@ def check_training_flags(args):
         UsageError: `--init-from` with `--variant`.
         ArgumentError: a number out of range, a `--save` that is not a
             writable `.keras` path, a run directory holding files keras_vit
-            did not write.
+            did not write, an output that is, holds or lies inside an input.
+
+    Returns:
+        The run directory's claim (`keras_vit.workflows.resuming.claim_run`;
+        `None` without `--run-dir` and `--save`), made once, here, and
+        handed down to the training run.
     """
     # lazy: the workflows import Keras (after parsing)
-    from keras_vit.workflows.resuming import check_run_dir, default_run_dir
+    from keras_vit.workflows.resuming import claim_run, default_run_dir
     from keras_vit.workflows.training import check_training_arguments
 
     if getattr(args, "init_from", None) and getattr(args, "variant", None) is not None:
@@ -157,14 +162,12 @@ def check_training_flags(args):
         if output_format(save) != "keras":
             raise ArgumentError("{name} must name a .keras file.", "save", save)
         check_writable(save)
-    run_dir = getattr(args, "run_dir", None) or default_run_dir(save)
-    check_run_dir(run_dir)
     # Neither output may be, hold or lie inside what the run reads (under any name: a link, a bind mount).
     init_from = getattr(args, "init_from", None)
     reads = {"data directory": getattr(args, "data_dir", None),
              "pre-trained model": init_from if init_from and os.path.exists(init_from) else None}
     check_not_nested(save, reads, "save")
-    check_not_nested(run_dir, reads, "run_dir")
+    return claim_run(getattr(args, "run_dir", None) or default_run_dir(save), inputs=reads)
 
 
 def run_settings(args, *names):

@@ -89,11 +89,11 @@ def huggingface_to_timm(state_dict):
         elif key in _IGNORED:
             ignored.append(key)
         elif (match := _BLOCK_PATTERN.match(key)) and match.group(2) in _BLOCK_NAMES:
-            index, name, kind = int(match.group(1)), _BLOCK_NAMES[match.group(2)], match.group(3)
+            index, name, param = int(match.group(1)), _BLOCK_NAMES[match.group(2)], match.group(3)
             if name in ("q", "k", "v"):
-                parts.setdefault((index, kind), {})[name] = value
+                parts.setdefault((index, param), {})[name] = value
             else:
-                out[f"blocks.{index}.{name}.{kind}"] = value
+                out[f"blocks.{index}.{name}.{param}"] = value
         else:
             unknown.append(key)
     for key, value in head.items():
@@ -106,13 +106,13 @@ def huggingface_to_timm(state_dict):
             f"The Hugging Face checkpoint has tensors keras_vit does not know: {sorted(unknown)}. "
             "Only ViTModel and ViTForImageClassification checkpoints are supported."
         )
-    for (index, kind), qkv in parts.items():
+    for (index, param), qkv in parts.items():
         if set(qkv) != {"q", "k", "v"}:
             raise ValueError(
-                f"Layer {index} of the Hugging Face checkpoint has only {sorted(qkv)} of its query/key/value {kind}s."
+                f"Layer {index} of the Hugging Face checkpoint has only {sorted(qkv)} of its query/key/value {param}s."
             )
         # timm's fused qkv stacks the q, k and v rows; its columns split q|k|v.
-        out[f"blocks.{index}.attn.qkv.{kind}"] = np.concatenate([qkv["q"], qkv["k"], qkv["v"]], axis=0)
+        out[f"blocks.{index}.attn.qkv.{param}"] = np.concatenate([qkv["q"], qkv["k"], qkv["v"]], axis=0)
     return out, sorted(ignored)
 
 
@@ -342,13 +342,13 @@ def export_huggingface(model, directory):
             continue
         match = re.match(r"blocks\.(\d+)\.(.+)\.(weight|bias)$", key)
         if match:
-            index, name, kind = match.groups()
+            index, name, param = match.groups()
             layer = f"{prefix}encoder.layer.{index}."
             if name == "attn.qkv":
                 for part, chunk in zip(("query", "key", "value"), np.split(value, 3, axis=0)):
-                    out[f"{layer}attention.attention.{part}.{kind}"] = np.ascontiguousarray(chunk)
+                    out[f"{layer}attention.attention.{part}.{param}"] = np.ascontiguousarray(chunk)
                 continue
-            out[f"{layer}{_EXPORT_BLOCK_NAMES[name]}.{kind}"] = value
+            out[f"{layer}{_EXPORT_BLOCK_NAMES[name]}.{param}"] = value
             continue
         out[prefix + _EXPORT_TOP_NAMES[key]] = value
     num_labels = classifier.num_classes if classifier is not None else 0

@@ -239,7 +239,7 @@ def npz_hybrid_to_timm(arrays):
         match = re.match(r"^block(\d+)/unit(\d+)/(conv\d|gn\d|conv_proj|gn_proj)/(kernel|scale|bias)$", name)
         if not match:
             continue
-        stage, unit, layer, kind = int(match.group(1)) - 1, int(match.group(2)) - 1, match.group(3), match.group(4)
+        stage, unit, layer, param = int(match.group(1)) - 1, int(match.group(2)) - 1, match.group(3), match.group(4)
         dst = f"{b}stages.{stage}.blocks.{unit}."
         if layer == "conv_proj":
             dst += "downsample.conv"
@@ -248,10 +248,10 @@ def npz_hybrid_to_timm(arrays):
         else:
             dst += layer.replace("gn", "norm")
         value = take(name)
-        if kind == "kernel":
+        if param == "kernel":
             state_dict[dst + ".weight"] = value.transpose(3, 2, 0, 1)
         else:
-            state_dict[dst + (".weight" if kind == "scale" else ".bias")] = value.reshape(-1)
+            state_dict[dst + (".weight" if param == "scale" else ".bias")] = value.reshape(-1)
     unused = sorted(set(resnet) - used)
     if unused:
         raise ValueError(f"The hybrid .npz has ResNet arrays keras_vit cannot place: {unused[:20]}")

@@ -54,7 +54,7 @@ def read_json_file(path, where=None):
     Every config a checkpoint directory holds (`config.json`, `metadata.json`,
     `preprocessor_config.json`, keras-hub's `task.json`) is read here, so a
     directory in the file's place, an empty file, bytes that are not UTF-8,
-    truncated JSON or another JSON value than an object get one kind of
+    truncated JSON or another JSON value than an object get one sort of
     error, naming the file, not a raw `IsADirectoryError` or
     `JSONDecodeError` without a path.
 
@@ -231,15 +231,15 @@ def read_safetensors_with_metadata(path):
     size = os.path.getsize(path)
     with open(path, "rb") as handle:
         head = handle.read(16)
-    kind = sniff(head, size)
-    if kind == "zip":
+    file_format = sniff(head, size)
+    if file_format == "zip":
         raise _zip_error(path, "safetensors")
-    if kind == "hdf5":
+    if file_format == "hdf5":
         raise ValueError(
             f"{quote(path)} is an HDF5 file (a Keras `.weights.h5`), not safetensors. Load it with "
             "`model.load_weights(path)` on a model of the same architecture."
         )
-    if kind == "pickle" or (kind is None and path.lower().endswith(PICKLE_SUFFIXES)):
+    if file_format == "pickle" or (file_format is None and path.lower().endswith(PICKLE_SUFFIXES)):
         raise pickle_refusal(path)
     if size < 8:
         raise ValueError(
@@ -259,7 +259,7 @@ def read_safetensors_with_metadata(path):
             f"but the file has only {size - 8} after the length field. Download or "
             "export it again."
         )
-    if kind != "safetensors":
+    if file_format != "safetensors":
         raise _corrupt(path, "its header does not start with '{'")
     # Memory-mapped, so a multi-GB checkpoint is held in memory once (as the
     # copied arrays), not twice.
@@ -411,10 +411,10 @@ def read_npz(path):
         raise ValueError(f"{quote(path)} does not exist or is not a file.")
     with open(path, "rb") as handle:
         head = handle.read(16)
-    kind = sniff(head, os.path.getsize(path))
-    if kind == "pickle":
+    file_format = sniff(head, os.path.getsize(path))
+    if file_format == "pickle":
         raise pickle_refusal(path)
-    if kind == "zip":
+    if file_format == "zip":
         import zipfile
 
         try:

@@ -5,8 +5,9 @@ import keras
 from keras_vit.distribution import engines
 from keras_vit.distribution.engines import jax_processes, tf_workers, torch_processes
 from keras_vit.distribution.layout import layout_map
+from keras_vit.utils.renames import refuse_unknown, renamed_argument
 
-KINDS = ("data", "model")
+PARALLELISMS = ("data", "model")
 
 
 def _require_backend(expected, what, alternative):
@@ -145,8 +146,8 @@ def tensorflow_strategy(devices=None, tpu=None):
     return tf.distribute.MirroredStrategy(devices=_devices(devices))
 
 
-def distribution_for_backend(kind, model_parallelism=None, tpu=None):
-    """The distribution of kind `"data"` or `"model"` for the current backend.
+def distribution_for_backend(parallelism=None, model_parallelism=None, tpu=None, **kwargs):
+    """The distribution for `"data"` or `"model"` parallelism on the current backend.
 
     JAX: `data_parallel()` or `model_parallel(model_parallelism)`.
     TensorFlow: `tensorflow_strategy(tpu=tpu)` for `"data"`, or, when
@@ -160,7 +161,9 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
     join within `KERAS_VIT_JOIN_TIMEOUT` seconds (default 60).
 
     Args:
-        kind: str. `"data"` or `"model"`.
+        parallelism: str. `"data"` (the model copied to every device) or
+            `"model"` (its weights split too). Called `kind` before; that
+            keyword still works, with a `DeprecationWarning`.
         model_parallelism: int or `None`. See `model_parallel`.
         tpu: str or `None`. See `tensorflow_strategy`.
 
@@ -170,28 +173,31 @@ def distribution_for_backend(kind, model_parallelism=None, tpu=None):
         the PyTorch job's engine.
         Build, compile and fit the model inside that scope.
     """
-    if kind not in KINDS:
-        raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
+    parallelism = renamed_argument(kwargs, "kind", "parallelism", parallelism, "distribution_for_backend")
+    refuse_unknown(kwargs, "distribution_for_backend")
+    if parallelism not in PARALLELISMS:
+        raise ValueError(f"`parallelism` must be one of {PARALLELISMS}. Received: parallelism={parallelism!r}")
     backend = keras.backend.backend()
     if backend == "jax":
         jax_processes.join()  # a multi-process job when Keras' KERAS_DISTRIBUTION_* variables say so
-        return data_parallel() if kind == "data" else model_parallel(model_parallelism)
+        return data_parallel() if parallelism == "data" else model_parallel(model_parallelism)
     if backend == "tensorflow":
-        if kind == "model":
+        if parallelism == "model":
             raise ValueError(
                 "Model parallelism (weights split across devices) runs on JAX through "
-                "keras.distribution: set KERAS_BACKEND=jax. On TensorFlow use kind='data' "
-                "(MirroredStrategy, or TPUStrategy with a TPU). Received: kind='model', backend='tensorflow'"
+                "keras.distribution: set KERAS_BACKEND=jax. On TensorFlow use parallelism='data' "
+                "(MirroredStrategy, or TPUStrategy with a TPU). Received: parallelism='model', "
+                "backend='tensorflow'"
             )
 
         if tpu is None and tf_workers.tf_config_job() is not None:
             return tf_workers.strategy()  # TF_CONFIG names several workers: one process of a multi-worker job
         return tensorflow_strategy(tpu=tpu)
-    if kind == "model":
+    if parallelism == "model":
         raise ValueError(
             "Model parallelism (weights split across devices) runs on JAX through keras.distribution: set "
-            "KERAS_BACKEND=jax. On PyTorch use kind='data' under torchrun (one process per device). "
-            f"Received: kind='model', backend={backend!r}"
+            "KERAS_BACKEND=jax. On PyTorch use parallelism='data' under torchrun (one process per device). "
+            f"Received: parallelism='model', backend={backend!r}"
         )
 
     if not torch_processes.launched_by_torchrun():

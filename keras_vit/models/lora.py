@@ -62,7 +62,7 @@ def read_lora_file(path):
             return {key: np.asarray(stored[key]) for key in stored.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as error:
         raise ValueError(f"{name} is not a LoRA weights file (an .npz of plain arrays): {error}. The file is "
-                         f"damaged or of another kind. {_GIVE}") from None
+                         f"damaged or in another format. {_GIVE}") from None
 
 
 def transformer_blocks(model):

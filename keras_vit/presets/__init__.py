@@ -3,7 +3,7 @@
 >>> keras_vit.presets.list()              # names of the registered presets
 >>> keras_vit.presets.get("vit_b16_in21k_ft_in1k")["description"]
 >>> model = keras_vit.ViTClassifier.from_preset("vit_b16_in21k_ft_in1k")
->>> model = keras_vit.presets.load_model("model.keras", kinds=("ViTClassifier",), purpose="my script")
+>>> model = keras_vit.presets.load_model("model.keras", model_classes=("ViTClassifier",), purpose="my script")
 
 `load_model` is the one reader of every model handle; its table of formats
 is `keras_vit.presets.formats.READ_FORMATS`.

@@ -10,7 +10,7 @@ Nothing else in the package decides what a model file is
 A new source is one converter in `keras_vit.convert` (a pure function from
 tensors and configs to a model) plus one row here. A single-file format
 whose suffix another row already has (a second `.safetensors` flavour, a
-`.keras` file of another kind) gives its row a `claims_file` test on the
+`.keras` file of another model class) gives its row a `claims_file` test on the
 file's content: rows that test content are asked before rows that take
 every file with the suffix.
 
@@ -43,7 +43,7 @@ WEIGHTS_SUFFIXES = (".weights.h5", ".h5", ".hdf5")
 
 @dataclasses.dataclass(frozen=True)
 class ReadFormat:
-    """One kind of model file or directory keras_vit reads: a row of `READ_FORMATS`.
+    """One format of model file or directory keras_vit reads: a row of `READ_FORMATS`.
 
     Args:
         description: str. What it is, in the words of help texts and errors.

@@ -35,7 +35,7 @@ def describe_handles():
 
 
 def resolve(handle):
-    """Return `(kind, value, entry)`: kind is 'registry', 'hub', 'kaggle' or 'local'."""
+    """Return `(source, value, entry)`: source is 'registry', 'hub', 'kaggle' or 'local'."""
     if not isinstance(handle, (str, os.PathLike)):
         raise ValueError(f"A preset handle is {describe_handles()}. Received: {handle!r}")
     handle = os.fspath(handle)

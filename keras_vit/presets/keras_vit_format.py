@@ -6,7 +6,7 @@ A preset directory holds `config.json` (`{"format_version", "class_name",
 `class_names`). Before a model is built, every file is checked and the
 config is checked as a file: each key the format has always carried is
 there, with a value its argument rule takes (`CONFIG_KEYS`: the rules of
-`keras_vit.utils.values` the constructors apply, or a JSON kind). The
+`keras_vit.utils.values` the constructors apply, or a JSON type). The
 relations between values (the heads dividing the width) are checked by the
 model constructors themselves, before any variable is created. Every error
 names the file, and the key.
@@ -47,8 +47,8 @@ def model_classes():
     return {"ViTBackbone": ViTBackbone, "ViTClassifier": ViTClassifier, "MaskedPatchPredictor": MaskedPatchPredictor}
 
 
-def _kind(test, what):
-    """A rule for a value of a JSON kind the constructors do not check (or check under another name)."""
+def _json_type(test, what):
+    """A rule for a value of a JSON type the constructors do not check (or check under another name)."""
     def check(value, name):
         if not test(value):
             raise ValueError(f"`{name}` must be {what}. Received: {name}={value!r}")
@@ -59,11 +59,12 @@ def _or_null(rule):
     return lambda value, name: None if value is None else rule(value, name)
 
 
-_BOOL = _kind(lambda value: isinstance(value, bool), "true or false")
-_TEXT = _kind(lambda value: isinstance(value, str), "a string")
-_LAYER = _kind(lambda value: value is None or (isinstance(value, dict) and isinstance(value.get("class_name"), str)),
-               "null or a serialized Keras layer")
-_DTYPE_KIND = _kind(lambda value: value is None or isinstance(value, str) or (
+_BOOL = _json_type(lambda value: isinstance(value, bool), "true or false")
+_TEXT = _json_type(lambda value: isinstance(value, str), "a string")
+_LAYER = _json_type(
+    lambda value: value is None or (isinstance(value, dict) and isinstance(value.get("class_name"), str)),
+    "null or a serialized Keras layer")
+_DTYPE_POLICY = _json_type(lambda value: value is None or isinstance(value, str) or (
     isinstance(value, dict) and isinstance(value.get("class_name"), str) and isinstance(value.get("config"), dict)),
     "null, a dtype policy name or a serialized dtype policy")
 _COUNT = check_count
@@ -74,7 +75,7 @@ _FRACTION = functools.partial(check_rate, include_one=True)  # the masked patch 
 
 # Every key each model has written into config.json since format_version 1, and the rule of its value, one
 # of the argument rules of `keras_vit.utils.values` the constructors apply (so a message is the same from a
-# file or a call), or a JSON kind where a constructor would take any value (a string where a bool belongs
+# file or a call), or a JSON type where a constructor would take any value (a string where a bool belongs
 # counts as true) or names the value otherwise (`std`, not `pixel_std`). A key missing would be built with
 # the constructor's default (a ViT-B's 12 heads for a ViT-Ti): refused, naming the key. `OPTIONAL_KEYS` may be
 # absent (a name, the dtype policy, the class names that came after format 1): their defaults build the same
@@ -95,10 +96,10 @@ CONFIG_KEYS = {
     },
     "MaskedPatchPredictor": {
         "corruption_rate": _FRACTION, "mask_rate": _FRACTION, "random_rate": _FRACTION, "target": _TEXT,
-        "color_bits": _COUNT, "seed": _or_null(_kind(is_int, "an integer")),
+        "color_bits": _COUNT, "seed": _or_null(_json_type(is_int, "an integer")),
     },
 }
-OPTIONAL_KEYS = {"name": _or_null(_TEXT), "dtype": _DTYPE_KIND}
+OPTIONAL_KEYS = {"name": _or_null(_TEXT), "dtype": _DTYPE_POLICY}
 _RESAVE = "Restore it, or save the model again with `save_to_preset`."
 
 
@@ -116,7 +117,7 @@ def _check_keys(config, class_name, where, prefix):
             raise ValueError(f"{where}: `{prefix}{key}` is missing ({class_name}'s {key}: "
                              f"{_default_of(class_name, key)}). The file was edited or damaged. {_RESAVE}")
     def dtype_policy(value, name):  # a name Keras knows, or each entry of a serialized policy (map) a policy
-        _DTYPE_KIND(value, name)
+        _DTYPE_POLICY(value, name)
         if isinstance(value, str):
             keras.dtype_policies.get(value)
         elif value is not None:
@@ -157,7 +158,7 @@ def _check_format_version(document, where):
 
 
 def validate_config(document, where="config.json"):
-    """Check a keras_vit `config.json` document as a file: its structure, every key, the kinds of values.
+    """Check a keras_vit `config.json` document as a file: its structure, every key, the types of values.
 
     The values' meaning is checked by the model constructors when
     `build_preset_model` runs (before any variable is created).

@@ -5,11 +5,11 @@ directory of any format or a single file (see `keras_vit.presets.handles`).
 `load_model` resolves it, downloads what a hub repository holds, asks the
 reading table (`keras_vit.presets.formats.READ_FORMATS`) what a local path
 is, reads it with that row's reader, checks the result against the registry
-and against the kinds of model the caller can use, and adapts it (image
+and against the model classes the caller can use, and adapts it (image
 size, head) with the models' own methods, never by editing serialized
 configs. Every command and workflow reads models through it; the checks
 (pickles refused, non-finite tensors, mismatches, safe mode for `.keras`,
-the kind of model) are made here or in the readers it calls, once.
+the model's class) are made here or in the readers it calls, once.
 """
 
 import os
@@ -17,18 +17,19 @@ import os
 from keras_vit.presets.formats import READ_FORMATS, detect_format
 from keras_vit.presets.handles import hub_files, resolve
 from keras_vit.presets.kaggle import kaggle_directory
-from keras_vit.presets.keras_vit_format import model_classes
+from keras_vit.presets.keras_vit_format import model_classes as class_table
 from keras_vit.utils import to_pair
 from keras_vit.utils.errors import ArgumentError
+from keras_vit.utils.renames import renamed_argument
 
 # What `load_model(target=...)` builds from any handle: a classifier, or the backbone alone.
 LOAD_TARGETS = ("classifier", "backbone")
-# The kinds of model keras_vit reads; a `.keras` file of any other Keras model is refused.
-MODEL_KINDS = ("ViTClassifier", "ViTBackbone", "MaskedPatchPredictor")
+# The model classes keras_vit reads; a `.keras` file of any other Keras model is refused.
+MODEL_CLASSES = ("ViTClassifier", "ViTBackbone", "MaskedPatchPredictor")
 
 
 def _build_registry_model(entry, image_size=None):
-    classes = model_classes()
+    classes = class_table()
     backbone = classes["ViTBackbone"].from_variant(
         entry["variant"], image_size=image_size or entry["image_size"], pixel_mean=entry["pixel_mean"],
         pixel_std=entry["pixel_std"], **entry["config"],
@@ -39,13 +40,14 @@ def _build_registry_model(entry, image_size=None):
                                     class_names=entry["class_names"])
 
 
-def _kind_names(kinds):
-    if kinds is None:
-        return MODEL_KINDS
-    names = tuple(kind if isinstance(kind, str) else kind.__name__ for kind in kinds)
-    unknown = [name for name in names if name not in MODEL_KINDS]
+def _class_names(model_classes):
+    if model_classes is None:
+        return MODEL_CLASSES
+    names = tuple(cls if isinstance(cls, str) else cls.__name__ for cls in model_classes)
+    unknown = [name for name in names if name not in MODEL_CLASSES]
     if unknown or not names:
-        raise ValueError(f"`kinds` names model classes among {MODEL_KINDS}. Received: kinds={kinds!r}")
+        raise ValueError(f"`model_classes` names model classes among {MODEL_CLASSES}. Received: "
+                         f"model_classes={model_classes!r}")
     return names
 
 
@@ -53,13 +55,13 @@ def _spelled(names):
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
-def _locate(kind, value, entry):
+def _locate(source, value, entry):
     """`(format, local path)` of a resolved handle, downloading what a hub repository holds."""
-    if kind == "registry":
+    if source == "registry":
         return hub_files(entry["source"], entry["revision"], entry["sha256"], entry["format"])
-    if kind == "hub":
+    if source == "hub":
         return hub_files(value)
-    if kind == "kaggle":
+    if source == "kaggle":
         value = kaggle_directory(value)
     return detect_format(value), value
 
@@ -78,8 +80,8 @@ def check_model_handle(handle):
     Returns:
         The format name of a local handle (a key of `READ_FORMATS`), else `None`.
     """
-    kind, value, _ = resolve(handle)
-    if kind != "local":
+    source, value, _ = resolve(handle)
+    if source != "local":
         return None
     name = detect_format(value)
     if READ_FORMATS[name].check is not None:
@@ -88,7 +90,7 @@ def check_model_handle(handle):
 
 
 def _adapt(model, target, image_size, num_classes):
-    classes = model_classes()
+    classes = class_table()
     is_classifier = isinstance(model, classes["ViTClassifier"])
     if target == "backbone" and is_classifier:
         model, is_classifier = model.backbone, False
@@ -103,7 +105,7 @@ def _adapt(model, target, image_size, num_classes):
     return model
 
 
-def load_model(handle, kinds=None, *, purpose="load_model", target=None, image_size=None, num_classes=None,
+def load_model(handle, model_classes=None, *, purpose="load_model", target=None, image_size=None, num_classes=None,
                include_head=True, load_weights=True, converted_only=False, **options):
     """Read a model from any handle: the one way keras_vit reads a model.
 
@@ -113,11 +115,13 @@ def load_model(handle, kinds=None, *, purpose="load_model", target=None, image_s
             (keras_vit preset, Hugging Face, timm or keras-hub) or a file
             (`.keras`, timm `.safetensors`, Google `.npz`); see
             `keras_vit.presets.formats.READ_FORMATS`.
-        kinds: tuple of model classes or class names, or `None`. The kinds
-            of stored model the caller can use (`None`: any of
-            ViTClassifier, ViTBackbone, MaskedPatchPredictor). Another kind
+        model_classes: tuple of model classes or class names, or `None`.
+            The classes of stored model the caller can use (`None`: any of
+            ViTClassifier, ViTBackbone, MaskedPatchPredictor). Another class
             is refused with a message naming what was found and what
             `purpose` takes.
+            Called `kinds` before; that keyword still works, with a
+            `DeprecationWarning`.
         purpose: str. Who asks (`"keras-vit predict"`, `"from_preset"`),
             named in errors.
         target: `None`, `"classifier"` or `"backbone"`. `None` returns the
@@ -143,11 +147,13 @@ def load_model(handle, kinds=None, *, purpose="load_model", target=None, image_s
         A `ViTClassifier`, `ViTBackbone` or `MaskedPatchPredictor`.
 
     Raises:
-        ArgumentError: a handle that names nothing, or a model of a kind
+        ArgumentError: a handle that names nothing, or a model of a class
             `purpose` cannot use (the caller's input).
         ValueError: a file that is damaged, a pickle, or not what it claims.
     """
-    names = _kind_names(kinds)
+    # The argument's former name is still taken, with a warning (the word now means an ownership marker's).
+    model_classes = renamed_argument(options, "kinds", "model_classes", model_classes, "load_model")
+    names = _class_names(model_classes)
     if target is not None and target not in LOAD_TARGETS:
         raise ValueError(f"`target` must be one of {LOAD_TARGETS} or None. Received: target={target!r}")
     if image_size is not None:
@@ -157,7 +163,7 @@ def load_model(handle, kinds=None, *, purpose="load_model", target=None, image_s
             raise ValueError("`num_classes` is an argument of ViTClassifier.from_preset; a backbone has no head.")
         if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes <= 0:
             raise ValueError(f"`num_classes` must be a positive int. Received: num_classes={num_classes!r}")
-    kind, value, entry = resolve(handle)
+    source, value, entry = resolve(handle)
     where = os.fspath(handle)
     if entry is not None and target == "classifier" and entry["num_classes"] is None and num_classes is None:
         raise ValueError(
@@ -165,10 +171,10 @@ def load_model(handle, kinds=None, *, purpose="load_model", target=None, image_s
             f"`num_classes=` to attach a new zero-initialised head, or use ViTBackbone.from_preset({handle!r})."
         )
 
-    if kind == "registry" and not load_weights and not options:
+    if source == "registry" and not load_weights and not options:
         model = _build_registry_model(entry, image_size)
     else:
-        fmt, path = _locate(kind, value, entry)
+        fmt, path = _locate(source, value, entry)
         row = READ_FORMATS[fmt]
         if converted_only and not row.converted:
             raise ArgumentError(
@@ -244,7 +250,7 @@ def load_preset(handle, target="classifier", image_size=None, num_classes=None, 
                           load_weights=load_weights)
     if num_classes is not None:
         raise ValueError(f"`num_classes` is an argument of ViTClassifier.from_preset, not of {target}.from_preset.")
-    return load_model(handle, kinds=(target,), purpose=f"{target}.from_preset", image_size=image_size,
+    return load_model(handle, model_classes=(target,), purpose=f"{target}.from_preset", image_size=image_size,
                       load_weights=load_weights)
 
 

@@ -32,7 +32,7 @@ def _is_real(value):
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _int_kind(minimum, maximum=None):
+def _int_range(minimum, maximum=None):
     if maximum is not None:
         return f"an int from {minimum} to {maximum}"
     return "a positive int" if minimum == 1 else f"an int >= {minimum}"
@@ -49,13 +49,13 @@ def check_count(value, name, minimum=1, maximum=None):
             to `None`.
     """
     if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
-        raise ValueError(f"`{name}` must be {_int_kind(minimum, maximum)}. Received: {name}={value!r}")
+        raise ValueError(f"`{name}` must be {_int_range(minimum, maximum)}. Received: {name}={value!r}")
 
 
 def check_optional_count(value, name, minimum=1):
     """Like `check_count`, but `None` (the feature is off) passes too."""
     if value is not None and (not is_int(value) or value < minimum):
-        raise ValueError(f"`{name}` must be {_int_kind(minimum)} or None. Received: {name}={value!r}")
+        raise ValueError(f"`{name}` must be {_int_range(minimum)} or None. Received: {name}={value!r}")
 
 
 def check_counts(values, name, minimum=1, what=""):
@@ -69,8 +69,8 @@ def check_counts(values, name, minimum=1, what=""):
             example `", one per stage"`). Defaults to `""`.
     """
     if not isinstance(values, (tuple, list)) or not all(is_int(v) and v >= minimum for v in values):
-        kind = "positive ints" if minimum == 1 else f"ints >= {minimum}"
-        raise ValueError(f"`{name}` must be a tuple of {kind}{what}. Received: {name}={values!r}")
+        expected = "positive ints" if minimum == 1 else f"ints >= {minimum}"
+        raise ValueError(f"`{name}` must be a tuple of {expected}{what}. Received: {name}={values!r}")
 
 
 def check_rate(value, name, include_zero=True, include_one=False):
@@ -93,8 +93,8 @@ def check_rate(value, name, include_zero=True, include_one=False):
 def check_number(value, name, minimum=None):
     """Refuse anything but a finite number (no bools, no strings), at least `minimum` when given."""
     if not _is_real(value) or not math.isfinite(value) or (minimum is not None and value < minimum):
-        kind = "a finite number" if minimum is None else f"a number >= {minimum}"
-        raise ValueError(f"`{name}` must be {kind}. Received: {name}={value!r}")
+        expected = "a finite number" if minimum is None else f"a number >= {minimum}"
+        raise ValueError(f"`{name}` must be {expected}. Received: {name}={value!r}")
 
 
 def check_positive_number(value, name):
@@ -174,8 +174,8 @@ def to_pair(value, name, minimum=1):
             f"`{name}` must be an int or a tuple of two ints (height, width). Received: {name}={value!r}"
         )
     if any(v < minimum for v in pair):
-        kind = "positive integers" if minimum == 1 else f"integers >= {minimum}"
-        raise ValueError(f"`{name}` must hold {kind}. Received: {name}={value!r}")
+        expected = "positive integers" if minimum == 1 else f"integers >= {minimum}"
+        raise ValueError(f"`{name}` must hold {expected}. Received: {name}={value!r}")
     return (int(pair[0]), int(pair[1]))
 
 

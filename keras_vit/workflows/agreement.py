@@ -34,7 +34,7 @@ def data_listing(dataset):
     An image folder's files by their names relative to the folder they
     share, with their sizes and labels (hosts may mount the folder at other
     paths); arrays by shape, dtype and a digest of their bytes; with the
-    batch size. Another kind of data by its type.
+    batch size. Any other data by its type.
     """
     if dataset is None:
         return None
@@ -62,7 +62,7 @@ def data_listing(dataset):
             array = np.asarray(array)
             listing[name] = {"shape": list(array.shape), "dtype": array.dtype.str, "values": _digest(array)}
         return listing
-    listing["kind"] = type(dataset).__name__
+    listing["type"] = type(dataset).__name__
     return listing
 
 

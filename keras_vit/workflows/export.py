@@ -8,11 +8,11 @@
 - `litert`: `model.tflite`; run it with the LiteRT (TFLite) interpreter.
 
 Beside it, `export.json` says what the graph takes and gives: the input
-shape with a free batch dimension, the pixel range the model expects, the
-output kind and the class names. Before the directory is put in place, the
-exported graph runs in its runtime on two batch sizes and its outputs are
-compared with the Keras model's (float32 models; a quantized model is
-compared with a looser tolerance).
+shape with a free batch dimension, the pixel range the model expects, what
+it outputs (class scores or features) and the class names. Before the
+directory is put in place, the exported graph runs in its runtime on two
+batch sizes and its outputs are compared with the Keras model's (float32
+models; a quantized model is compared with a looser tolerance).
 
 Keras 3.15 exports through TensorFlow (tf2onnx for ONNX, the TFLite converter
 for LiteRT), through jax2tf for a SavedModel from JAX, and through

@@ -23,11 +23,11 @@ from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.presets import load_model
 from keras_vit.presets.keras_vit_format import PRESET_KIND
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import check_not_nested, claim, quote
+from keras_vit.utils.files import claim, quote
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.utils.values import check_count, check_optional_count, to_pair
 from keras_vit.workflows import notices, optimizers
-from keras_vit.workflows.resuming import check_run_dir, default_run_dir, finish_run
+from keras_vit.workflows.resuming import claim_run, default_run_dir, finish_run
 from keras_vit.workflows.training import check_training_arguments, run_training
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
@@ -505,14 +505,14 @@ def finetune(
     check_held_out(data_dir, validation_dir, "validation_dir")
     if run_dir == "auto":
         run_dir = default_run_dir(output)
-    check_run_dir(run_dir)
-    # The output is claimed once, here: never what the run reads or its run directory (under any name), and a
-    # directory only where it replaces nothing of the user's. The save writes through this claim.
+    # The output and the run directory are claimed once, here: never what the run reads (under any name), the
+    # output never in the run directory, and a directory only where it replaces nothing of the user's. The save,
+    # the epoch backup and the log write through these claims.
     preset_path = preset if preset is not None and os.path.exists(str(preset)) else None
     reads = {"data directory": data_dir, "validation directory": validation_dir, "pre-trained model": preset_path}
     destination = None if output is None else claim(output, PRESET_KIND, inputs={**reads, "run directory": run_dir},
                                                     argument="output", make_parents=False)
-    check_not_nested(run_dir, reads, "run_dir")
+    run = claim_run(run_dir, inputs=reads)
     augment = augment or AugmentPolicy()
     if output is None and verbose:  # said after the checks, so a refused run prints only its error
         print("No output (--output): the fine-tuned model will not be saved"
@@ -571,17 +571,18 @@ def finetune(
         "effective_batch_size": effective_batch_size, "validation_split": validation_split, "seed": seed,
         "augment": repr(augment), "class_names": class_names, "lora_rank": lora_rank,
     }
-    run = run_training(model, train, optimizer, epochs, run_dir=run_dir, settings=settings, held_out=validation,
-                       compile_arguments={"loss": loss, "metrics": ["accuracy"]}, validation_data=validation,
-                       callbacks=callbacks, verbose=verbose, keep_backup=True)
-    scores = run["held_out"] or {}
+    fitted = run_training(model, train, optimizer, epochs, run=run, settings=settings, held_out=validation,
+                          compile_arguments={"loss": loss, "metrics": ["accuracy"]}, validation_data=validation,
+                          callbacks=callbacks, verbose=verbose, keep_backup=True)
+    scores = fitted["held_out"] or {}
     if output is not None:  # one writer in a job of several processes; the preset is swapped into place whole
         engines.current().save_for_job(lambda target: model.save_to_preset(target, class_names=class_names),
                                        destination)
-    finish_run(run_dir)  # only now: a kill during the evaluation or the save resumes with every epoch done
+    finish_run(run)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": scores.get("accuracy"), "loss": scores.get("loss"), "model": model, "class_names": class_names,
-        "history": run["history"], "seconds": run["seconds"], "initial_epoch": run["initial_epoch"], "output": output,
+        "history": fitted["history"], "seconds": fitted["seconds"], "initial_epoch": fitted["initial_epoch"],
+        "output": output,
         "run_dir": run_dir, "accumulation_steps": accumulation, "updates": updates,
         "images_per_update": plan["images_per_update"], "epochs": epochs,
     }

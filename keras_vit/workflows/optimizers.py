@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.integrations import tf_optimizers, torch_optimizers
+from keras_vit.utils.renames import refuse_unknown, renamed_argument
 
 
 class ReplicaSummedGradients:
@@ -170,8 +171,8 @@ def warmup_cosine_schedule(peak, warmup_updates, total_updates, batches_per_upda
     )
 
 
-def build_optimizer(kind, learning_rate, total_updates, weight_decay=0.0, warmup_fraction=0.1,
-                    global_clipnorm=None, accumulation=1):
+def build_optimizer(name=None, learning_rate=None, total_updates=None, weight_decay=0.0, warmup_fraction=0.1,
+                    global_clipnorm=None, accumulation=1, **kwargs):
     """The optimizer of every training command: keras_vit's `SGD` or `AdamW` under a warm-up and cosine decay.
 
     `keras-vit train`, `pretrain` and `finetune` all build theirs here, so a
@@ -181,7 +182,9 @@ def build_optimizer(kind, learning_rate, total_updates, weight_decay=0.0, warmup
     before they clip or accumulate, where Keras' clip each replica's part.
 
     Args:
-        kind: str. `"sgd"` (momentum 0.9) or `"adamw"`.
+        name: str. The optimizer: `"sgd"` (momentum 0.9) or `"adamw"`.
+            Called `kind` before; that keyword still works, with a
+            `DeprecationWarning`.
         learning_rate: float. The peak learning rate, reached at the end of
             the warm-up.
         total_updates: int. Optimizer updates of the whole run (after
@@ -197,13 +200,19 @@ def build_optimizer(kind, learning_rate, total_updates, weight_decay=0.0, warmup
     Returns:
         A `keras_vit.optimizers.SGD` or `AdamW`.
     """
+    name = renamed_argument(kwargs, "kind", "name", name, "build_optimizer")
+    refuse_unknown(kwargs, "build_optimizer")
+    missing = [argument for argument, value in
+               (("name", name), ("learning_rate", learning_rate), ("total_updates", total_updates)) if value is None]
+    if missing:
+        raise TypeError(f"build_optimizer() needs {', '.join(f'`{argument}`' for argument in missing)}.")
     total_updates = max(1, int(total_updates))
     schedule = warmup_cosine_schedule(learning_rate, max(1, int(total_updates * warmup_fraction)), total_updates,
                                       accumulation)
     common = {"learning_rate": schedule, "global_clipnorm": global_clipnorm,
               "gradient_accumulation_steps": accumulation if accumulation > 1 else None}
-    if kind == "sgd":
+    if name == "sgd":
         return SGD(momentum=0.9, weight_decay=weight_decay or None, **common)
-    if kind == "adamw":
+    if name == "adamw":
         return AdamW(weight_decay=weight_decay, **common)
-    raise ValueError(f"`kind` must be 'sgd' or 'adamw'. Received: kind={kind!r}")
+    raise ValueError(f"`name` must be 'sgd' or 'adamw'. Received: name={name!r}")

@@ -21,6 +21,7 @@ def pretrain_predictor(
     run_dir=None,
     settings=None,
     keep_backup=False,
+    run=None,
 ):
     """Compile and fit a `MaskedPatchPredictor` on unlabeled images.
 
@@ -44,6 +45,9 @@ def pretrain_predictor(
         settings: dict. The run's settings, checked when resuming.
         keep_backup: bool. Keep the epoch backup for a caller that saves
             the model afterwards and then calls `finish_run(run_dir)`.
+        run: the run directory's claim, made by the command at its start,
+            instead of `run_dir` (see `keras_vit.workflows.training.run_training`).
+            Defaults to `None`.
 
     Returns:
         A dict with the last epoch's `loss` (and `accuracy` for class
@@ -57,11 +61,11 @@ def pretrain_predictor(
     if held_out is not None and not isinstance(held_out, keras.utils.PyDataset):
         held_out = ArrayBatches(held_out, None, batch_size=256, shuffle=False)
     optimizer = build_optimizer(learning_rate, weight_decay, total_steps=epochs * len(data))
-    run = run_training(predictor, data, optimizer, epochs, run_dir=run_dir, settings=settings, held_out=held_out,
-                       verbose=verbose, keep_backup=keep_backup)
-    result = {name: float(values[-1]) for name, values in run["history"].history.items()}
-    result.update(seconds=run["seconds"], history=run["history"], validation=run["held_out"],
-                  initial_epoch=run["initial_epoch"])
+    fitted = run_training(predictor, data, optimizer, epochs, run_dir=run_dir, settings=settings,
+                          held_out=held_out, verbose=verbose, keep_backup=keep_backup, run=run)
+    result = {name: float(values[-1]) for name, values in fitted["history"].history.items()}
+    result.update(seconds=fitted["seconds"], history=fitted["history"], validation=fitted["held_out"],
+                  initial_epoch=fitted["initial_epoch"])
     return result
 
 
@@ -75,8 +79,8 @@ def load_pretrained_backbone(path, purpose="load_pretrained_backbone"):
 
     Args:
         path: str. The model handle.
-        purpose: str. Who asks, named when the handle holds another kind of
-            model.
+        purpose: str. Who asks, named when the handle holds another model
+            class.
 
     Returns:
         A `ViTBackbone` with the saved weights.

@@ -19,7 +19,7 @@ from keras_vit.data.image_folder import EpochSync
 from keras_vit.distribution import engines
 from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
 from keras_vit.utils import files
-from keras_vit.utils.files import check_writable_names, claim, mark_directory, quote, read_marker
+from keras_vit.utils.files import claim, mark_directory, quote, read_marker
 from keras_vit.workflows.agreement import training_fingerprint
 
 CHECKPOINT_WEIGHTS = "checkpoint.weights.h5"
@@ -33,17 +33,34 @@ RUN_KIND, CHECKPOINT_KIND = "run", "checkpoint"
 BACKUP_DIR, LOG_FILE = "backup", "log.csv"
 
 
-def check_run_dir(run_dir, argument="run_dir"):
-    """Refuse, before any work, a run directory whose `backup/` or `log.csv` keras_vit did not write.
+def claim_run(run_dir, inputs=None, argument="run_dir"):
+    """Claim a run directory, once, at the command's start: the `Destination` its backup and log write through.
 
-    Other files in the directory are left alone; a new directory is fine.
+    The command hands the claim down (`run_training(run=...)`,
+    `fit_resumable(run=...)`), so the directory is checked once, before any
+    work. Other files in the directory are left alone; a new directory is
+    fine.
+
+    Args:
+        run_dir: str, path-like or `None` (no checkpoints: returns `None`).
+        inputs: dict `{what: path or list of paths}` the command reads; a
+            run directory that is, holds or lies inside one (under any name)
+            is refused.
+        argument: str. The argument that named it (`--run-dir` on the
+            command line). Defaults to `"run_dir"`.
+
+    Returns:
+        A `keras_vit.utils.files.Destination` for `backup/` and `log.csv`,
+        or `None`.
 
     Raises:
-        ArgumentError: naming the directory, the files and the argument
-            (`--run-dir` on the command line).
+        ArgumentError: naming the directory, the problem and the argument:
+            its `backup/` or `log.csv` is not keras_vit's, or it overlaps
+            an input.
     """
-    if run_dir is not None:
-        check_writable_names(run_dir, [BACKUP_DIR, LOG_FILE], RUN_KIND, argument)
+    if run_dir is None:
+        return None
+    return claim(run_dir, RUN_KIND, names=[BACKUP_DIR, LOG_FILE], inputs=inputs, argument=argument)
 
 
 def finish_run(run_dir):
@@ -53,6 +70,7 @@ def finish_run(run_dir):
     so a kill during the final evaluation or the saving of the model resumes
     with every epoch done instead of training again from the start.
     """
+    run_dir = None if run_dir is None else os.fspath(run_dir)  # a path, or the run's claim
     if run_dir is not None and engines.current().is_chief() and read_marker(run_dir)[0] == RUN_KIND:
         backup = os.path.join(run_dir, BACKUP_DIR)
         if os.path.isdir(backup):
@@ -82,9 +100,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
         directory: str. The backup directory (replaced every epoch).
         settings: dict of JSON values describing the run (data, model,
             recipe, seed); a backup made with other settings is refused.
-        run: the run directory's `Destination` (`claim(run_dir, "run",
-            names=["backup", "log.csv"])`), claimed once by the command at
-            its start and handed down: its marker records the backup before
+        run: the run directory's `Destination` (`claim_run(run_dir)`),
+            claimed once by the command at its start and handed down: its marker records the backup before
             each swap. `None`: the directory above `directory` is recorded
             when its marker says it is a run directory.
     """
@@ -167,15 +184,15 @@ class EpochCheckpoint(keras.callbacks.Callback):
             files.write_json_file(os.path.join(staging, CHECKPOINT_STATE), state)
 
 
-def _trim_log(run_dir, epochs_done):
-    """Keep only the CSV log's rows of epochs the checkpoint holds (a kill may leave one more)."""
-    path = os.path.join(run_dir, LOG_FILE)
+def _trim_log(run, epochs_done):
+    """Keep only the CSV log's rows of epochs the checkpoint holds (a kill may leave one more), through the run's claim."""
+    path = os.path.join(run.path, LOG_FILE)
     if not os.path.exists(path):
         return
     with open(path) as file:
         rows = file.read().splitlines()
     kept = rows[:1] + [row for row in rows[1:] if row and int(row.split(",", 1)[0]) < epochs_done]
-    claim(run_dir, RUN_KIND, names=[LOG_FILE]).save_text(LOG_FILE, "".join(row + "\n" for row in kept))
+    run.save_text(LOG_FILE, "".join(row + "\n" for row in kept))
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -216,7 +233,7 @@ class EpochLog(keras.callbacks.Callback):
 
 
 def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_data=None, callbacks=(),
-                  verbose=1, keep_backup=False):
+                  verbose=1, keep_backup=False, run=None):
     """`model.fit` that checkpoints every epoch into `run_dir` and resumes from it.
 
     With `run_dir`, the run directory holds `backup/` (an `EpochCheckpoint`)
@@ -247,17 +264,30 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
         data: a `keras.utils.PyDataset` (or anything `fit` takes as `x`).
         epochs: int. Total epochs of the run.
         run_dir: str or `None`. Where to checkpoint; `None` trains without
-            checkpoints.
+            checkpoints. Claimed here (`claim_run`) when no `run` is given.
         settings: dict. The run's settings, checked on resume.
         validation_data: passed to `fit`.
         callbacks: extra callbacks.
         verbose: Keras progress-bar mode.
         keep_backup: bool. Keep the backup after the last epoch, for a
             caller that still evaluates or saves. Defaults to `False`.
+        run: the run directory's `Destination`, claimed by the command at
+            its start (`claim_run`); the backup and the log write through
+            it and the directory is not checked again. Give it or
+            `run_dir`, not both. Defaults to `None`.
 
     Returns:
         `(history, initial_epoch)`.
     """
+    if run is not None and run_dir is not None:
+        raise ValueError("Give the run directory once: `run` (a claim made with `claim_run`) or `run_dir` (a "
+                         f"path, claimed here), not both. Received: run_dir={run_dir!r}, run={run.path!r}")
+    if run is not None and not isinstance(run, files.Destination):
+        raise ValueError("`run` is the run directory's claim, made by `keras_vit.workflows.resuming.claim_run`; "
+                         f"for a path, pass `run_dir`. Received: run={run!r}")
+    if run is None:
+        # Claimed once, here, for a direct caller (before the job's processes agree: a refusal costs nothing).
+        run = claim_run(run_dir)
     engine = engines.current()
     # Before anything else of the job: processes that differ would wait for each other at a step, forever.
     if engine.process_count() > 1:
@@ -269,18 +299,17 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
     verbose = verbose if chief else 0
     all_callbacks = [EpochSync(data), keras.callbacks.TerminateOnNaN(), *callbacks]
     initial_epoch = 0
-    if run_dir is not None:
-        # Claimed once, here, and handed down to the backup and the log.
-        run = claim(run_dir, RUN_KIND, names=[BACKUP_DIR, LOG_FILE], argument="run_dir")
+    if run is not None:
+        # The one claim, handed down to the backup and the log.
         if chief:
-            files.make_directory(run_dir)
-            mark_directory(run_dir, RUN_KIND, [BACKUP_DIR, LOG_FILE])
-        checkpoint = EpochCheckpoint(os.path.join(run_dir, BACKUP_DIR), settings, run=run)
+            files.make_directory(run.path)
+            mark_directory(run.path, RUN_KIND, [BACKUP_DIR, LOG_FILE])
+        checkpoint = EpochCheckpoint(os.path.join(run.path, BACKUP_DIR), settings, run=run)
         initial_epoch = engine.restore(checkpoint, model)
         if initial_epoch and chief:
-            _trim_log(run_dir, initial_epoch)
+            _trim_log(run, initial_epoch)
             if verbose:
-                print(f"Resuming from the checkpoint in {quote(run_dir)}: {initial_epoch} of {epochs} epochs done.")
+                print(f"Resuming from the checkpoint in {quote(run.given)}: {initial_epoch} of {epochs} epochs done.")
         # The log's row first, then the backup: a kill between leaves the log one row ahead, which the
         # rerun trims (`_trim_log`); the other way round it would lose the row of an epoch the backup holds.
         if chief:
@@ -295,7 +324,7 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
                         epochs=epochs, initial_epoch=initial_epoch, callbacks=all_callbacks, shuffle=False,
                         verbose=verbose)
     if not keep_backup and not model.stop_training:
-        finish_run(run_dir)
+        finish_run(run)
     return history, initial_epoch
 
 

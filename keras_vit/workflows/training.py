@@ -53,7 +53,7 @@ def build_optimizer(learning_rate, weight_decay, total_steps, warmup_fraction=0.
 
 
 def run_training(model, data, optimizer, epochs, run_dir=None, settings=None, held_out=None,
-                 compile_arguments=None, validation_data=None, callbacks=(), verbose=1, keep_backup=False):
+                 compile_arguments=None, validation_data=None, callbacks=(), verbose=1, keep_backup=False, run=None):
     """Compile, fit resumably and score held-out data: the run every training command makes.
 
     The caller has checked its arguments, seeded, made `data` and built
@@ -85,6 +85,9 @@ def run_training(model, data, optimizer, epochs, run_dir=None, settings=None, he
         keep_backup: bool. Keep the epoch backup for a caller that saves
             the model afterwards and then calls
             `keras_vit.workflows.resuming.finish_run(run_dir)`.
+        run: the run directory's `Destination`, claimed by the command at
+            its start (`keras_vit.workflows.resuming.claim_run`), instead
+            of `run_dir`: handed down, not claimed again. Defaults to `None`.
 
     Raises:
         ValueError: the loss became NaN or infinite (`TerminateOnNaN`
@@ -99,7 +102,7 @@ def run_training(model, data, optimizer, epochs, run_dir=None, settings=None, he
     start = time.perf_counter()
     history, initial_epoch = fit_resumable(
         model, data, epochs, run_dir=run_dir, settings=settings, validation_data=validation_data,
-        callbacks=callbacks, verbose=verbose, keep_backup=keep_backup,
+        callbacks=callbacks, verbose=verbose, keep_backup=keep_backup, run=run,
     )
     seconds = time.perf_counter() - start
     losses = history.history.get("loss", [])
@@ -107,7 +110,7 @@ def run_training(model, data, optimizer, epochs, run_dir=None, settings=None, he
         raise ValueError(
             f"Training stopped: the loss became NaN or infinite in epoch {initial_epoch + len(losses)}. Lower "
             "the learning rate (--learning-rate) and run again; the last good checkpoint is kept in "
-            f"{quote(run_dir) if run_dir else 'no run directory'}."
+            f"{quote(run_dir or run.given) if run_dir or run else 'no run directory'}."
         )
     scores = None
     if held_out is not None:
@@ -128,6 +131,7 @@ def train_classifier(
     run_dir=None,
     settings=None,
     keep_backup=False,
+    run=None,
 ):
     """Compile and fit a `ViTClassifier`, then score it on held-out data.
 
@@ -149,6 +153,8 @@ def train_classifier(
         settings: dict. The run's settings, checked when resuming.
         keep_backup: bool. Keep the epoch backup for a caller that saves
             the model afterwards and then calls `finish_run(run_dir)`.
+        run: the run directory's claim, made by the command at its start,
+            instead of `run_dir` (see `run_training`). Defaults to `None`.
 
     Returns:
         A dict with `accuracy` (held-out), `loss`, `seconds` (wall time of
@@ -162,10 +168,10 @@ def train_classifier(
     test_labels = checked_class_indices(test_data[1], model.num_classes)
     test = ArrayBatches(test_data[0], test_labels, batch_size=256, shuffle=False)
     optimizer = build_optimizer(learning_rate, weight_decay, total_steps=epochs * len(train))
-    run = run_training(model, train, optimizer, epochs, run_dir=run_dir, settings=settings, held_out=test,
-                       verbose=verbose, keep_backup=keep_backup)
-    return {"accuracy": run["held_out"]["accuracy"], "loss": run["held_out"]["loss"], "seconds": run["seconds"],
-            "history": run["history"], "initial_epoch": run["initial_epoch"]}
+    result = run_training(model, train, optimizer, epochs, run_dir=run_dir, settings=settings, held_out=test,
+                          verbose=verbose, keep_backup=keep_backup, run=run)
+    return {"accuracy": result["held_out"]["accuracy"], "loss": result["held_out"]["loss"],
+            "seconds": result["seconds"], "history": result["history"], "initial_epoch": result["initial_epoch"]}
 
 
 def save_model(model, path):

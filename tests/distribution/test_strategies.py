@@ -26,8 +26,8 @@ def _parse(*argv):
     return parser.parse_args(list(argv))
 
 
-def test_kind_must_be_data_or_model():
-    with pytest.raises(ValueError, match="kind"):
+def test_parallelism_must_be_data_or_model():
+    with pytest.raises(ValueError, match="parallelism"):
         vit_distribution.distribution_for_backend("pipeline")
     with pytest.raises(SystemExit):
         _parse("--distribute", "pipeline")

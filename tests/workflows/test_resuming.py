@@ -6,7 +6,7 @@ import os
 from keras_vit.utils import files
 from keras_vit.workflows import resuming
 from keras_vit.workflows.digits_demo import build_digits_classifier
-from keras_vit.workflows.resuming import BACKUP_DIR, LOG_FILE, RUN_KIND, EpochCheckpoint, check_run_dir
+from keras_vit.workflows.resuming import BACKUP_DIR, LOG_FILE, RUN_KIND, EpochCheckpoint, claim_run
 
 
 class Killed(BaseException):
@@ -40,7 +40,7 @@ def test_a_kill_right_after_the_backup_is_swapped_in_leaves_a_run_that_resumes(t
     monkeypatch.undo()
 
     assert os.path.isdir(os.path.join(run_dir, BACKUP_DIR))
-    check_run_dir(run_dir)  # raised ArgumentError before the fix
+    claim_run(run_dir)  # raised ArgumentError before the fix
     assert EpochCheckpoint(os.path.join(run_dir, BACKUP_DIR), {"case": "kill"}).restore(model) == 1
     resuming.finish_run(run_dir)
     assert not os.path.exists(os.path.join(run_dir, BACKUP_DIR))  # and it is still ours to delete

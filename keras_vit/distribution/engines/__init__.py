@@ -32,15 +32,15 @@ from keras_vit.distribution.engines.torch_processes import TorchProcesses
 _ENGINES = {}
 
 
-def _engine(kind):
-    if kind not in _ENGINES:
-        kinds = {"jax": JaxProcesses, "torch": TorchProcesses, "tensorflow": TensorFlowWorkers}
-        _ENGINES[kind] = kinds.get(kind, OneProcess)()
-    return _ENGINES[kind]
+def _engine(engine_name):
+    if engine_name not in _ENGINES:
+        classes = {"jax": JaxProcesses, "torch": TorchProcesses, "tensorflow": TensorFlowWorkers}
+        _ENGINES[engine_name] = classes.get(engine_name, OneProcess)()
+    return _ENGINES[engine_name]
 
 
 def current():
-    """The engine of the job this process runs in (one instance per kind, made on first use).
+    """The engine of the job this process runs in (one instance of each engine, made on first use).
 
     JAX: `JaxProcesses` (one or several processes; it also knows the
     devices a batch is split over). PyTorch: `TorchProcesses` once the

@@ -95,8 +95,8 @@ class Engine:
         `ImageFolderDataset` and `ArrayBatches` (`keras_vit.data`) take a
         `shard=(index, count)`: each process reads only its rows of every
         batch (no image twice per step, none skipped in an epoch). The
-        result is a copy; `dataset` itself is not changed. Another kind of
-        data is returned as it is when one process reads it all.
+        result is a copy; `dataset` itself is not changed. Any other type
+        of data is returned as it is when one process reads it all.
 
         Raises:
             ValueError: several processes and data that cannot be shared

@@ -66,12 +66,13 @@ def _tf_config(environ=None):
     if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict) or not config["cluster"]:
         raise wrong('has no "cluster" of task lists')
     cluster, task = config["cluster"], config.get("task", {})
-    for kind, addresses in cluster.items():
+    for task_type, addresses in cluster.items():
         if not isinstance(addresses, list) or not addresses:
-            raise wrong(f'lists the {kind!r} tasks as {json.dumps(addresses)}, not as a list of "host:port" strings')
+            raise wrong(f'lists the {task_type!r} tasks as {json.dumps(addresses)}, not as a list of "host:port" '
+                        'strings')
         for address in addresses:
             joining.host_and_port(address, "TF_CONFIG", f"e.g. TF_CONFIG='{_EXAMPLE}' (docs/scale-out.md).",
-                                  what=f"each {kind} task's address")
+                                  what=f"each {task_type} task's address")
     if len(cluster.get("chief", [])) > 1:
         raise wrong("names more than one chief")
     # An evaluator runs beside the job and may be left out of the cluster (TensorFlow allows it).
@@ -101,11 +102,11 @@ def tf_config_job(environ=None):
     config = _tf_config(environ)
     if config is None:
         return None
-    cluster, kind, index = config
+    cluster, task_type, index = config
     chiefs, workers = len(cluster.get("chief", [])), len(cluster.get("worker", []))
-    if chiefs + workers < 2 or kind not in ("chief", "worker"):
+    if chiefs + workers < 2 or task_type not in ("chief", "worker"):
         return None
-    return (index if kind == "chief" else chiefs + index), chiefs + workers
+    return (index if task_type == "chief" else chiefs + index), chiefs + workers
 
 
 def first_worker_address(environ=None):

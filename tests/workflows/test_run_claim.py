@@ -1,0 +1,128 @@
+"""A command claims its run directory once, at its start, against what it reads; the run writes through that claim.
+
+Issue 40: `finetune`, `train` and `pretrain` checked the run directory at their start (`check_run_dir`, then
+`check_not_nested` against the inputs) and `fit_resumable` claimed it again, and the log's trim on a resume a
+third time. The property, over commands, spellings of the run directory and fresh or resumed runs drawn by a
+seeded generator: up to the first `fit`, the run directory is claimed by exactly one `Destination`, whose
+inputs hold what the command reads, and every check of it is that claim's.
+"""
+
+import itertools
+import os
+import random
+import sys
+
+import keras
+import pytest
+
+from keras_vit.utils import files
+from keras_vit.workflows import resuming
+from tests.finetune.helpers import tiny_backbone_file, write_folder
+from tests.reliability.helpers import run_cli
+
+pytestmark = [pytest.mark.one_backend("which checks a run directory gets is the same on every backend"),
+              pytest.mark.slow]
+
+
+class Stop(BaseException):
+    """Ends the command at its first `fit` (not an Exception: no handler of the command catches it)."""
+
+
+def _argv(command, tmp_path, explicit_run_dir):
+    """`(argv, run directory, data directory or None)` of a small run of `command`."""
+    data = None
+    if command == "train":
+        output = str(tmp_path / "digits.keras")
+        argv = ["train", "--epochs", "2", "--batch-size", "256", "--save", output]
+    else:
+        data = write_folder(str(tmp_path / "data"), classes=2, per_class=2)
+        if command == "pretrain":
+            output = str(tmp_path / "mpp.keras")
+            argv = ["pretrain", data, "--epochs", "2", "--image-size", "8", "--save", output]
+        else:
+            output = str(tmp_path / "model")
+            argv = ["finetune", data, "--preset", tiny_backbone_file(str(tmp_path / "b.keras")), "--epochs", "2",
+                    "--output", output]
+    run_dir = str(tmp_path / "run") if explicit_run_dir else output + ".run"
+    if explicit_run_dir:
+        argv += ["--run-dir", run_dir]
+    return argv, run_dir, data
+
+
+def _killed_after_one_epoch(argv, capsys, monkeypatch):
+    """Run `argv` until its first epoch's backup is written: what a rerun resumes."""
+    save = resuming.EpochCheckpoint.on_epoch_end
+
+    def save_then_die(self, epoch, logs=None):
+        save(self, epoch, logs)
+        raise Stop
+
+    with monkeypatch.context() as patch:
+        patch.setattr(resuming.EpochCheckpoint, "on_epoch_end", save_then_die)
+        with pytest.raises(Stop):
+            run_cli(argv, capsys)
+
+
+def _checks_until_fit(argv, capsys, monkeypatch):
+    """The run of `argv` up to its first `fit`: `[(event, path, detail)]` of claims and checks, in order."""
+    events = []
+    init = files.Destination.__init__
+
+    def claiming(self, path, kind, **options):
+        events.append(("claim", os.path.abspath(os.fspath(path)), options.get("inputs")))
+        init(self, path, kind, **options)
+
+    def recorded(event, check):
+        def recording(path, *args, **kwargs):
+            caller = sys._getframe(1).f_locals.get("self")
+            by = "claim" if isinstance(caller, files.Destination) else "elsewhere"
+            if path is not None:
+                events.append((event, os.path.abspath(os.fspath(path)), by))
+            return check(path, *args, **kwargs)
+        return recording
+
+    def fit(*args, **kwargs):
+        events.append(("fit", None, None))
+        raise Stop
+
+    with monkeypatch.context() as patch:
+        patch.setattr(files.Destination, "__init__", claiming)
+        for name in ("check_writable_names", "check_not_nested"):
+            check = getattr(files, name)
+            for module in [m for key, m in sys.modules.items() if key.startswith("keras_vit") and m is not None]:
+                if getattr(module, name, None) is check:  # every binding of the check, wherever it is imported
+                    patch.setattr(module, name, recorded(name, check))
+        patch.setattr(keras.Model, "fit", fit)
+        with pytest.raises(Stop):
+            run_cli(argv, capsys)
+    return events
+
+
+CASES = list(itertools.product(("train", "pretrain", "finetune"), (True, False), (False, True)))
+
+
+# A seeded draw of 6 of the 12 (each command, fresh and resumed, both spellings among them): the slow part is
+# the resumed cases' first epoch.
+@pytest.mark.parametrize("command,explicit_run_dir,resumed",
+                         [CASES[i] for i in sorted(random.Random(40).sample(range(len(CASES)), 6))])
+def test_a_command_claims_its_run_directory_once_against_its_inputs(command, explicit_run_dir, resumed, tmp_path,
+                                                                    capsys, monkeypatch):
+    # main: the run directory was checked outside a claim (check_run_dir, and check_not_nested against the
+    # inputs), then claimed by fit_resumable without the inputs, and again by the log's trim on a resume.
+    argv, run_dir, data = _argv(command, tmp_path, explicit_run_dir)
+    if resumed:
+        _killed_after_one_epoch(argv, capsys, monkeypatch)
+        assert os.path.isdir(os.path.join(run_dir, resuming.BACKUP_DIR))
+    events = _checks_until_fit(argv, capsys, monkeypatch)
+    assert events[-1][0] == "fit", events
+    of_run = [event for event in events if event[1] == run_dir]
+    claims = [event for event in of_run if event[0] == "claim"]
+    assert len(claims) == 1, f"{command}: the run directory was claimed {len(claims)} times: {of_run}"
+    inputs = claims[0][2]
+    assert inputs is not None, f"{command}: the run directory's claim was not checked against the inputs"
+    if data is not None:
+        assert data in inputs.values(), inputs
+    checked_elsewhere = [event for event in of_run if event[0] != "claim" and event[2] != "claim"]
+    assert not checked_elsewhere, f"{command}: the run directory was checked outside its claim: {checked_elsewhere}"
+    if resumed:  # the rerun resumed, through the same claim
+        assert os.path.isdir(os.path.join(run_dir, resuming.BACKUP_DIR))
