@@ -85,7 +85,8 @@ def _folder_images(args):
 
 
 def run(args):
-    run_claim = check_training_flags(args)  # the run directory, claimed once: handed down to the training
+    # The run directory and the --save file, each claimed once: handed down to the training and the save.
+    run_claim, save_claim = check_training_flags(args)
     if args.data_dir is not None and not os.path.isdir(args.data_dir):
         raise UsageError(f"No such image folder: {quote(args.data_dir)}. Give a directory of images (class "
                          "subfolders or not), or none for the digits.")
@@ -93,10 +94,10 @@ def run(args):
         raise UsageError("--mask-rate and --random-rate are shares of the corrupted patches: together at most 1 "
                          f"(the rest stay unchanged). Received: --mask-rate {args.mask_rate} --random-rate "
                          f"{args.random_rate}")
-    return run_distributed(args, lambda distribution: _run(args, run_claim))
+    return run_distributed(args, lambda distribution: _run(args, run_claim, save_claim))
 
 
-def _run(args, run_claim=None):
+def _run(args, run_claim=None, save_claim=None):
     import keras  # after parsing, as every library import here
 
     from keras_vit.data import load_digits_split
@@ -131,7 +132,7 @@ def _run(args, run_claim=None):
     held_out = result["validation"]
     summary = ", ".join(f"{name} {value:.4f}" for name, value in held_out.items())
     print(f"Held-out masked patches: {summary} (trained in {result['seconds']:.0f} s)")
-    save_model(predictor, args.save)
+    save_model(predictor, save_claim if save_claim is not None else args.save)
     finish_run(run_claim)  # after the save: a kill before it resumes with every epoch done
     print(f"Saved the pre-trained model to {args.save}; fine-tune it with "
           f"`keras-vit train --init-from {args.save}`")

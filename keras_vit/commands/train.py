@@ -41,11 +41,12 @@ def add_arguments(parser):
 
 
 def run(args):
-    run_claim = check_training_flags(args)  # the run directory, claimed once: handed down to the training
-    return run_distributed(args, lambda distribution: _run(args, distribution, run_claim))
+    # The run directory and the --save file, each claimed once: handed down to the training and the save.
+    run_claim, save_claim = check_training_flags(args)
+    return run_distributed(args, lambda distribution: _run(args, distribution, run_claim, save_claim))
 
 
-def _run(args, distribution=None, run_claim=None):
+def _run(args, distribution=None, run_claim=None, save_claim=None):
     # The library, and so Keras, is imported here, after parsing: `keras-vit train --help` starts no backend.
     import keras
     import numpy as np
@@ -108,7 +109,7 @@ def _run(args, distribution=None, run_claim=None):
     print(f"Held-out accuracy: {result['accuracy']:.2%} "
           f"(trained in {result['seconds']:.0f} s on {keras.backend.backend()})")
     if args.save:
-        save_model(model, args.save)
+        save_model(model, save_claim if save_claim is not None else args.save)
         print(f"Saved the trained model to {args.save}")
     finish_run(run_claim)  # after the save: a kill before it resumes with every epoch done
     return 0

@@ -12,7 +12,7 @@ import warnings
 from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import PositiveInt
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import check_not_nested, check_writable, output_format
+from keras_vit.utils.files import FILE, claim, output_format
 
 
 def add_distribute_argument(parser):
@@ -129,7 +129,7 @@ def describe_distribution(distribution):
 
 
 def check_training_flags(args):
-    """The checks `train` and `pretrain` make before any work: numbers, `--save`; and the run directory's claim.
+    """The checks `train` and `pretrain` make before any work: numbers; and the claims of `--save` and the run directory.
 
     Each flag's own range is checked while parsing (`keras_vit.commands.arguments`); these are the library's
     checks again, and those that involve more than one flag or the file system.
@@ -141,9 +141,11 @@ def check_training_flags(args):
             did not write, an output that is, holds or lies inside an input.
 
     Returns:
-        The run directory's claim (`keras_vit.workflows.resuming.claim_run`;
-        `None` without `--run-dir` and `--save`), made once, here, and
-        handed down to the training run.
+        `(run, save)`: the run directory's claim
+        (`keras_vit.workflows.resuming.claim_run`; `None` without
+        `--run-dir` and `--save`) and the claim of the `--save` file (`None`
+        without it), each made once, here, and handed down: the run to the
+        training, the file to the save.
     """
     # lazy: the workflows import Keras (after parsing)
     from keras_vit.workflows.resuming import claim_run, default_run_dir
@@ -158,16 +160,15 @@ def check_training_flags(args):
         weight_decay=getattr(args, "weight_decay", None),
     )
     save = getattr(args, "save", None)
-    if save is not None:
-        if output_format(save) != "keras":
-            raise ArgumentError("{name} must name a .keras file.", "save", save)
-        check_writable(save)
+    if save is not None and output_format(save) != "keras":
+        raise ArgumentError("{name} must name a .keras file.", "save", save)
     # Neither output may be, hold or lie inside what the run reads (under any name: a link, a bind mount).
     init_from = getattr(args, "init_from", None)
     reads = {"data directory": getattr(args, "data_dir", None),
              "pre-trained model": init_from if init_from and os.path.exists(init_from) else None}
-    check_not_nested(save, reads, "save")
-    return claim_run(getattr(args, "run_dir", None) or default_run_dir(save), inputs=reads)
+    save_claim = None if save is None else claim(save, FILE, inputs=reads, argument="save")
+    run_claim = claim_run(getattr(args, "run_dir", None) or default_run_dir(save), inputs=reads)
+    return run_claim, save_claim
 
 
 def run_settings(args, *names):

@@ -126,3 +126,54 @@ def test_a_command_claims_its_run_directory_once_against_its_inputs(command, exp
     assert not checked_elsewhere, f"{command}: the run directory was checked outside its claim: {checked_elsewhere}"
     if resumed:  # the rerun resumed, through the same claim
         assert os.path.isdir(os.path.join(run_dir, resuming.BACKUP_DIR))
+
+
+def _checks_of_whole_run(argv, capsys, monkeypatch):
+    """The whole run of `argv`: `[(event, path, by)]` of its claims and of the checks made of an output."""
+    events = []
+    init = files.Destination.__init__
+
+    def claiming(self, path, kind, **options):
+        events.append(("claim", os.path.abspath(os.fspath(path)), options.get("inputs")))
+        init(self, path, kind, **options)
+
+    def recorded(event, check):
+        def recording(path, *args, **kwargs):
+            # The writer's own checks (a claim's, and the save's check again just before its swap) are the
+            # claim's; any other module's check of the output is a second owner.
+            caller = sys._getframe(1).f_globals.get("__name__")
+            by = "claim" if caller in ("keras_vit.utils.files", "keras_vit.utils.ownership") else "elsewhere"
+            if path is not None:
+                events.append((event, os.path.abspath(os.fspath(path)), by))
+            return check(path, *args, **kwargs)
+        return recording
+
+    with monkeypatch.context() as patch:
+        patch.setattr(files.Destination, "__init__", claiming)
+        for name in ("check_writable", "check_not_nested", "check_replaceable"):
+            check = getattr(files, name)
+            for module in [m for key, m in sys.modules.items() if key.startswith("keras_vit") and m is not None]:
+                if getattr(module, name, None) is check:
+                    patch.setattr(module, name, recorded(name, check))
+        code, err = run_cli(argv, capsys)
+        assert code == 0, err
+    return events
+
+
+# finetune's output: tests/reliability/test_writer_cases.py::test_a_command_claims_its_output_once_...
+@pytest.mark.parametrize("command", ["train", "pretrain"])
+def test_a_command_claims_its_saved_model_once_against_its_inputs(command, tmp_path, capsys, monkeypatch):
+    # main before this: `train` and `pretrain` checked --save (check_writable, check_not_nested) at their start
+    # and the save claimed the file again, without the inputs, after the training.
+    argv, _, data = _argv(command, tmp_path, explicit_run_dir=True)
+    output = os.path.abspath(argv[argv.index("--output" if command == "finetune" else "--save") + 1])
+    events = _checks_of_whole_run(argv, capsys, monkeypatch)
+    assert os.path.exists(output)
+    of_output = [event for event in events if event[1] == output]
+    claims = [event for event in of_output if event[0] == "claim"]
+    assert len(claims) == 1, f"{command}: the saved model was claimed {len(claims)} times: {of_output}"
+    assert claims[0][2] is not None, f"{command}: the saved model's claim was not checked against the inputs"
+    if data is not None:
+        assert data in claims[0][2].values(), claims[0][2]
+    checked_elsewhere = [event for event in of_output if event[0] != "claim" and event[2] != "claim"]
+    assert not checked_elsewhere, f"{command}: the saved model was checked outside its claim: {checked_elsewhere}"
