@@ -12,8 +12,9 @@ Offline and self-contained, on this machine's CPU:
    grayscale).
 2. Builds two stand-in presets of a small ViT (ViT-Ti/8 at 32 px, fewer
    layers): `supervised`, trained through the public API
-   (`ViTClassifier.from_variant`, `fit`) on ~3,000 images of the six
-   shapes and saved with `save_to_preset`; and `mpp`, pre-trained with
+   (`ViTClassifier.from_variant`, `fit`) on 60 passes of 3,000 new images
+   of the six shapes each (AdamW 5e-4, warm-up and cosine decay: 97.33% on
+   their held-out images) and saved with `save_to_preset`; and `mpp`, pre-trained with
    masked patch prediction by `keras-vit pretrain` on the same images
    unlabeled (the documented route "pre-train on your own unlabeled images,
    then `finetune --preset` of what it saved").
@@ -331,7 +332,8 @@ def main():
     parser.add_argument("--sizes", default="30,120,600", help="training-folder sizes (default: 30,120,600)")
     parser.add_argument("--test-images", type=int, default=300, help="held-out images (default: 300)")
     parser.add_argument("--layers", type=int, default=2, help="layers of the stand-in ViT-Ti/8 (default: 2)")
-    parser.add_argument("--pretrain-images", type=int, default=3000)
+    parser.add_argument("--pretrain-images", type=int, default=3000,
+                        help="supervised images a pass, and the unlabeled folder of `mpp` (default: 3000)")
     parser.add_argument("--pretrain-passes", type=int, default=60,
                         help="supervised passes, each over --pretrain-images new images (default: 60)")
     parser.add_argument("--pretrain-lr", type=float, default=5e-4, help="peak AdamW learning rate (default: 5e-4)")
