@@ -4,13 +4,19 @@ Before (10 epochs whatever the folder, the paper recipe's 512-image updates cut 
 folder got 10 optimizer updates and scored no better than chance, and no better than `fewshot`'s probe.
 """
 
+import importlib.util
+import os
+
 import keras
 import numpy as np
 import pytest
 
 import keras_vit
 from keras_vit.workflows.fewshot import fewshot_evaluate_folder
+from keras_vit.data import read_image_folder
 from tests.finetune.helpers import PRETRAINING_SHAPES, shape_images, write_stripes_folder
+
+BENCHMARK = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "small_folder.py")
 
 
 @pytest.mark.slow
@@ -41,3 +47,19 @@ def test_the_defaults_beat_the_linear_probe_on_a_small_folder(tmp_path):
     # Measured on jax: probe 33.3%, the defaults 78.3% (520 updates), the old 10 epochs 38.3% (10 updates).
     assert result["accuracy"] >= probe[10]["mean"] + 0.20, (result["accuracy"], probe)
     assert result["accuracy"] >= 0.6, result["accuracy"]
+
+
+@pytest.mark.one_backend("numpy and Pillow: the benchmark's images, drawn before any model")
+def test_the_stand_ins_images_in_memory_are_the_images_its_folder_gives(tmp_path):
+    # benchmarks/small_folder.py pre-trains its stand-in on new images every pass, drawn in memory; what it
+    # trains on must be what `read_image_folder` reads from `draw_folder`'s files (sizes, JPEG, grayscale).
+    spec = importlib.util.spec_from_file_location("small_folder_benchmark", BENCHMARK)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for seed in np.random.default_rng(0).integers(0, 10_000, 3):  # 36 images: every size and format drawn
+        shapes = sorted(bench.PRETRAIN_SHAPES)
+        folder = bench.draw_folder(str(tmp_path / str(seed)), shapes, 2, int(seed), bench.PRETRAIN_COLOURS)
+        from_files, labels, names = read_image_folder(folder, 32)
+        in_memory, memory_labels = bench.draw_arrays(names, 2, int(seed), bench.PRETRAIN_COLOURS)
+        np.testing.assert_array_equal(memory_labels, labels)
+        np.testing.assert_allclose(in_memory, from_files, atol=0.5)
