@@ -3,7 +3,6 @@
 
 from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import ImageSize, Path, PositiveInt
-from keras_vit.utils import check_writable
 from keras_vit.utils.files import FILE, claim, output_format, quote, save_model
 
 # What `keras-vit convert` writes; what it reads is the reading table, keras_vit.presets.formats.READ_FORMATS.
@@ -48,26 +47,12 @@ def add_arguments(parser):
                         "ViTClassifier")
 
 
-def _outputs(destination, target):
-    """The files a conversion writes."""
-    import os
-
-    if target == "huggingface":
-        return [os.path.join(destination, name) for name in ("config.json", "preprocessor_config.json",
-                                                             "model.safetensors")]
-    return [destination]
-
-
-def _same_file(a, b):
-    import os
-
-    if os.path.exists(a) and os.path.exists(b):
-        return os.path.samefile(a, b)
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
 def check_destination(source, destination, target):
     """Claim the output before any work: refuse one that would overwrite the source or cannot be written.
+
+    The claim is the one check: by identity against the source, the parent,
+    and the user's files (the command's own path comparisons, by name, were
+    a second check that a bind mount went around).
 
     Returns:
         The `keras_vit.utils.files.Destination` the conversion writes.
@@ -77,32 +62,11 @@ def check_destination(source, destination, target):
     """
     import os
 
-    source_files = [source]
-    if os.path.isdir(source):
-        source_files = [os.path.join(source, name) for name in os.listdir(source)] + [source]
-    if target == "huggingface":
-        if os.path.exists(destination) and not os.path.isdir(destination):
-            raise UsageError(f"{quote(destination)} exists and is not a directory; --to huggingface writes a "
-                             "directory.")
-
-        if os.path.isdir(source) and _same_file(source, destination):
-            raise UsageError(f"The destination {quote(destination)} is the source directory; converting into it "
-                             "would overwrite the checkpoint being read. Choose another directory.")
-    for output in _outputs(destination, target):
-        if any(_same_file(output, existing) for existing in source_files):
-            raise UsageError(f"The destination {quote(output)} is the source {quote(source)} (or a file inside "
-                             "it); writing it would destroy the checkpoint being read. Choose another output path.")
-        if target != "huggingface" or os.path.isdir(destination):
-            try:
-                check_writable(output)
-            except ValueError as error:
-                raise UsageError(str(error)) from None
-    if target == "huggingface" and not os.path.isdir(destination):
-        parent = os.path.dirname(os.path.abspath(destination))
-        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-            raise UsageError(f"Cannot create {quote(destination)}: its parent directory {quote(parent)} does not "
-                             "exist or is not writable.")
-
+    # One claim checks it all, by identity (a link or a bind mount is no way around it): an output that is,
+    # holds or lies inside the source, a parent that is missing or not writable, a file of the user's.
+    if target == "huggingface" and os.path.exists(destination) and not os.path.isdir(destination):
+        raise UsageError(f"{quote(destination)} exists and is not a directory; --to huggingface writes a "
+                         "directory.")
     if target == "huggingface":
         from keras_vit.convert.huggingface import HUGGINGFACE_FILES, HUGGINGFACE_KIND
 

@@ -10,7 +10,7 @@ import os
 
 from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import ModelHandle, Path, PositiveInt
-from keras_vit.utils.files import check_writable, claim, quote
+from keras_vit.utils.files import claim, quote
 
 DEFAULT_BATCH = 8
 
@@ -46,13 +46,11 @@ def _output_names(paths):
 
 def _claim_out(args):
     """The output directory, claimed before any work: never over an input, nor over a file of the user's."""
-    if os.path.exists(args.out) and not os.access(args.out, os.W_OK):
-        raise UsageError(f"--out {quote(args.out)} is not writable.")
-    if not os.path.lexists(args.out):
-        check_writable(args.out, "out")  # its parent must exist and be writable
+    # The claim is the one check (a missing or unwritable folder or parent, a file of the user's, an input).
     source = args.model if args.model is not None else args.preset
     inputs = {"image": list(args.images), "model": source if os.path.exists(source) else None}
-    return claim(args.out, "figures", inputs=inputs, names=_output_names(args.images), argument="out")
+    return claim(args.out, "figures", inputs=inputs, names=_output_names(args.images), argument="out",
+                 make_parents=False)
 
 
 def _check_arguments(args):
