@@ -63,8 +63,14 @@ def _killed_after_one_epoch(argv, capsys, monkeypatch):
             run_cli(argv, capsys)
 
 
-def _checks_until_fit(argv, capsys, monkeypatch):
-    """The run of `argv` up to its first `fit`: `[(event, path, detail)]` of claims and checks, in order."""
+def _recorded_checks(argv, capsys, monkeypatch, checks, writers_own, until_fit):
+    """The run of `argv`: `[(event, path, detail)]` of its claims and of the `checks` made, in order.
+
+    A claim's detail is its inputs; a check's is "claim" when it is the claim's own, else "elsewhere". With
+    `writers_own`, every check made inside the writer's modules is the claim's (the save checks again just before
+    its swap); without, only one made by a `Destination` itself. With `until_fit`, the run stops at its first
+    `fit` (recorded as the last event); else it runs to its end and must succeed.
+    """
     events = []
     init = files.Destination.__init__
 
@@ -74,10 +80,13 @@ def _checks_until_fit(argv, capsys, monkeypatch):
 
     def recorded(event, check):
         def recording(path, *args, **kwargs):
-            caller = sys._getframe(1).f_locals.get("self")
-            by = "claim" if isinstance(caller, files.Destination) else "elsewhere"
+            frame = sys._getframe(1)
+            if writers_own:
+                ours = frame.f_globals.get("__name__") in ("keras_vit.utils.files", "keras_vit.utils.ownership")
+            else:
+                ours = isinstance(frame.f_locals.get("self"), files.Destination)
             if path is not None:
-                events.append((event, os.path.abspath(os.fspath(path)), by))
+                events.append((event, os.path.abspath(os.fspath(path)), "claim" if ours else "elsewhere"))
             return check(path, *args, **kwargs)
         return recording
 
@@ -87,14 +96,18 @@ def _checks_until_fit(argv, capsys, monkeypatch):
 
     with monkeypatch.context() as patch:
         patch.setattr(files.Destination, "__init__", claiming)
-        for name in ("check_writable_names", "check_not_nested"):
+        for name in checks:
             check = getattr(files, name)
             for module in [m for key, m in sys.modules.items() if key.startswith("keras_vit") and m is not None]:
                 if getattr(module, name, None) is check:  # every binding of the check, wherever it is imported
                     patch.setattr(module, name, recorded(name, check))
-        patch.setattr(keras.Model, "fit", fit)
-        with pytest.raises(Stop):
-            run_cli(argv, capsys)
+        if until_fit:
+            patch.setattr(keras.Model, "fit", fit)
+            with pytest.raises(Stop):
+                run_cli(argv, capsys)
+        else:
+            code, err = run_cli(argv, capsys)
+            assert code == 0, err
     return events
 
 
@@ -113,7 +126,8 @@ def test_a_command_claims_its_run_directory_once_against_its_inputs(command, exp
     if resumed:
         _killed_after_one_epoch(argv, capsys, monkeypatch)
         assert os.path.isdir(os.path.join(run_dir, resuming.BACKUP_DIR))
-    events = _checks_until_fit(argv, capsys, monkeypatch)
+    events = _recorded_checks(argv, capsys, monkeypatch, ("check_writable_names", "check_not_nested"),
+                              writers_own=False, until_fit=True)
     assert events[-1][0] == "fit", events
     of_run = [event for event in events if event[1] == run_dir]
     claims = [event for event in of_run if event[0] == "claim"]
@@ -128,38 +142,6 @@ def test_a_command_claims_its_run_directory_once_against_its_inputs(command, exp
         assert os.path.isdir(os.path.join(run_dir, resuming.BACKUP_DIR))
 
 
-def _checks_of_whole_run(argv, capsys, monkeypatch):
-    """The whole run of `argv`: `[(event, path, by)]` of its claims and of the checks made of an output."""
-    events = []
-    init = files.Destination.__init__
-
-    def claiming(self, path, kind, **options):
-        events.append(("claim", os.path.abspath(os.fspath(path)), options.get("inputs")))
-        init(self, path, kind, **options)
-
-    def recorded(event, check):
-        def recording(path, *args, **kwargs):
-            # The writer's own checks (a claim's, and the save's check again just before its swap) are the
-            # claim's; any other module's check of the output is a second owner.
-            caller = sys._getframe(1).f_globals.get("__name__")
-            by = "claim" if caller in ("keras_vit.utils.files", "keras_vit.utils.ownership") else "elsewhere"
-            if path is not None:
-                events.append((event, os.path.abspath(os.fspath(path)), by))
-            return check(path, *args, **kwargs)
-        return recording
-
-    with monkeypatch.context() as patch:
-        patch.setattr(files.Destination, "__init__", claiming)
-        for name in ("check_writable", "check_not_nested", "check_replaceable"):
-            check = getattr(files, name)
-            for module in [m for key, m in sys.modules.items() if key.startswith("keras_vit") and m is not None]:
-                if getattr(module, name, None) is check:
-                    patch.setattr(module, name, recorded(name, check))
-        code, err = run_cli(argv, capsys)
-        assert code == 0, err
-    return events
-
-
 # finetune's output: tests/reliability/test_writer_cases.py::test_a_command_claims_its_output_once_...
 @pytest.mark.parametrize("command", ["train", "pretrain"])
 def test_a_command_claims_its_saved_model_once_against_its_inputs(command, tmp_path, capsys, monkeypatch):
@@ -167,7 +149,8 @@ def test_a_command_claims_its_saved_model_once_against_its_inputs(command, tmp_p
     # and the save claimed the file again, without the inputs, after the training.
     argv, _, data = _argv(command, tmp_path, explicit_run_dir=True)
     output = os.path.abspath(argv[argv.index("--output" if command == "finetune" else "--save") + 1])
-    events = _checks_of_whole_run(argv, capsys, monkeypatch)
+    events = _recorded_checks(argv, capsys, monkeypatch, ("check_writable", "check_not_nested", "check_replaceable"),
+                              writers_own=True, until_fit=False)
     assert os.path.exists(output)
     of_output = [event for event in events if event[1] == output]
     claims = [event for event in of_output if event[0] == "claim"]
