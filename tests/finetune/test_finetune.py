@@ -250,6 +250,7 @@ def test_finetuning_an_int8_model_is_refused_with_the_fix(folder, tmp_path, monk
 
 
 @pytest.mark.slow
+@pytest.mark.one_backend("the warning's words come from the folder and the variant, not the backend")
 def test_training_from_scratch_on_a_small_folder_warns_once_with_what_helps(folder):
     import warnings
 
