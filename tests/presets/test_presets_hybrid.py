@@ -80,7 +80,10 @@ def test_hybrid_entries_describe_the_timm_checkpoints():
         entry = PRESETS[name]
         assert (entry["source"], entry["image_size"], entry["num_classes"], entry["params"]) == (
             source, image_size, num_classes, params), name
-        assert entry["variant"] == "R50+ViT-B/16" and entry["format"] == "timm" and entry["config"] == {}
+        # The evaluation transform of timm 1.0.31's pretrained_cfg (issue 47): crop_pct 0.9 at 224, 1.0 at 384.
+        transform = {"resize_mode": "center_crop", "crop_fraction": 0.9 if image_size == 224 else 1.0,
+                     "interpolation": "bicubic", "alpha": "drop"}
+        assert entry["variant"] == "R50+ViT-B/16" and entry["format"] == "timm" and entry["config"] == transform
         assert entry["pixel_mean"] == 0.5 and entry["pixel_std"] == 0.5
         assert entry["revision"] is None and entry["sha256"] is None and entry["license"] == "apache-2.0"
         assert (entry["class_names"] == "imagenet-1k") == (num_classes == 1000)
