@@ -15,7 +15,7 @@ import numpy as np
 from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.utils.files import Destination, claim, write_json_file
-from keras_vit.utils.values import INTERPOLATIONS, is_int
+from keras_vit.utils.values import IMAGE_INTERPOLATIONS, is_int
 
 # ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / STD).
 HF_DEFAULT_MEAN = (0.5, 0.5, 0.5)
@@ -207,7 +207,7 @@ def huggingface_image_transform(preprocessor_config, skip=()):
                     "a crop of another aspect than the resize, which keras_vit's transform cannot express. "
                     "Pass resize_mode= and crop_fraction= to choose one.")
             transform["crop_fraction"] = min(1.0, crop_h / height)
-    if "interpolation" not in skip and transform["interpolation"] not in INTERPOLATIONS:
+    if "interpolation" not in skip and transform["interpolation"] not in IMAGE_INTERPOLATIONS:
         warnings.warn(
             f"The image processor resamples with {transform['interpolation']!r} (resample={resample!r}), which "
             "keras_vit does not implement; its evaluation transform uses 'bicubic' instead (change it with "

@@ -18,7 +18,7 @@ import numpy as np
 from keras_vit.convert.io import CONFIG_FILE, read_json_file
 from keras_vit.convert.model_map import build_model
 from keras_vit.utils.files import quote
-from keras_vit.utils.values import INTERPOLATIONS
+from keras_vit.utils.values import IMAGE_INTERPOLATIONS
 
 WEIGHTS_FILE = "model.weights.h5"
 TASK_FILE = "task.json"
@@ -99,7 +99,7 @@ def kerashub_image_transform(directory):
     """
     config = _converter_config(directory) or {}
     interpolation = str(config.get("interpolation", "bilinear"))
-    if interpolation not in INTERPOLATIONS:
+    if interpolation not in IMAGE_INTERPOLATIONS:
         warnings.warn(f"keras-hub's image converter resamples with interpolation={interpolation!r}, which keras_vit "
                       "does not implement; the evaluation transform uses 'bicubic' instead.", stacklevel=3)
         interpolation = "bicubic"

@@ -10,7 +10,7 @@ import numpy as np
 from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.models.variants import MODEL_SIZES
-from keras_vit.utils.values import INTERPOLATIONS
+from keras_vit.utils.values import IMAGE_INTERPOLATIONS
 
 # timm's ViT default preprocessing (`_cfg`: IMAGENET_INCEPTION_MEAN/STD).
 TIMM_DEFAULT_MEAN = (0.5, 0.5, 0.5)
@@ -125,7 +125,7 @@ def timm_image_transform(pretrained_cfg, skip=()):
                 f"does not implement (it reads {sorted(TIMM_CROP_MODES)}). Pass resize_mode='center_crop' or "
                 "'stretch' to choose the nearest one.")
         interpolation = pretrained_cfg.get("interpolation") or "bicubic"
-        if interpolation not in INTERPOLATIONS:
+        if interpolation not in IMAGE_INTERPOLATIONS:
             warnings.warn(
                 f"timm's pretrained_cfg resamples with interpolation={interpolation!r}, which keras_vit does not "
                 "implement; the evaluation transform uses 'bicubic' instead (change it with "

@@ -32,7 +32,7 @@ from keras_vit.models.vit_classifier import check_class_names
 from keras_vit.utils.checks import check_weights_file
 from keras_vit.utils.files import Destination, claim, quote, write_json_file, write_model_file
 from keras_vit.utils.image_resize import image_transform
-from keras_vit.utils.values import (ALPHA_RULES, INTERPOLATIONS, RESIZE_MODES, check_choice, check_count,
+from keras_vit.utils.values import (ALPHA_RULES, IMAGE_INTERPOLATIONS, RESIZE_MODES, check_choice, check_count,
                                     check_number, check_optional_count, check_positive_number, check_rate, is_int,
                                     per_channel, to_pair)
 
@@ -107,7 +107,7 @@ LATER_KEYS = {
     "ViTBackbone": {
         "resize_mode": lambda value, name: check_choice(value, RESIZE_MODES, name),
         "crop_fraction": functools.partial(check_rate, include_zero=False, include_one=True),
-        "interpolation": lambda value, name: check_choice(value, INTERPOLATIONS, name),
+        "interpolation": lambda value, name: check_choice(value, IMAGE_INTERPOLATIONS, name),
         "alpha": lambda value, name: check_choice(value, ALPHA_RULES, name),
     },
 }

@@ -15,7 +15,7 @@ import numpy as np
 
 from keras_vit.utils.values import check_image_transform, to_pair
 
-# Pillow's filter for each `interpolation` choice (`keras_vit.utils.values.INTERPOLATIONS`): the same
+# Pillow's filter for each `interpolation` choice (`keras_vit.utils.values.IMAGE_INTERPOLATIONS`): the same
 # numbers torchvision (timm's evaluation) and transformers' image processors get, both resample with Pillow.
 _PILLOW_FILTERS = {"bicubic": "BICUBIC", "bilinear": "BILINEAR", "nearest": "NEAREST"}
 TRANSFORM_ARGUMENTS = ("resize_mode", "crop_fraction", "interpolation", "alpha")

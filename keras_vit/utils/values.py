@@ -223,7 +223,7 @@ def per_channel(value, name, num_channels=None, positive=False):
 # The evaluation transform's choices (`keras_vit.utils.image_resize.ImageTransform`): how an image of
 # any size becomes the model's input, as each source library's evaluation does it.
 RESIZE_MODES = ("center_crop", "stretch")
-INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
+IMAGE_INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
 ALPHA_RULES = ("white", "drop")
 
 
@@ -231,5 +231,5 @@ def check_image_transform(resize_mode, crop_fraction, interpolation, alpha):
     """Refuse an evaluation transform argument that is not one of its choices (`crop_fraction` in (0, 1])."""
     check_choice(resize_mode, RESIZE_MODES, "resize_mode")
     check_rate(crop_fraction, "crop_fraction", include_zero=False, include_one=True)
-    check_choice(interpolation, INTERPOLATIONS, "interpolation")
+    check_choice(interpolation, IMAGE_INTERPOLATIONS, "interpolation")
     check_choice(alpha, ALPHA_RULES, "alpha")
