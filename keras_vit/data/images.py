@@ -30,8 +30,10 @@ import numpy as np
 from keras_vit.utils.files import quote
 from keras_vit.utils.image_resize import (  # noqa: F401
     EVAL_TRANSFORM,
+    ImageTransform,
+    as_transform,
     center_crop,
-    center_crop_box,
+    image_transform,
     pil_image,
     resize_images,
     resize_region,
