@@ -94,3 +94,16 @@ def test_export_json_lists_the_real_class_names():
     assert describe(_classifier(1000))["class_names"][:3] == IMAGENET_FIRST
     assert describe(_classifier(3, ANIMALS))["class_names"] == ANIMALS
     assert describe(_classifier(3))["class_names"] == ["0", "1", "2"]
+
+
+@pytest.mark.one_backend("writes safetensors metadata; the fields do not depend on the backend")
+def test_timm_export_carries_the_transform(tmp_path):
+    backbone = ViTBackbone(image_size=8, patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32,
+                           resize_mode="stretch", crop_fraction=0.9, interpolation="bilinear",
+                           pixel_mean=(0.485, 0.456, 0.406), pixel_std=(0.229, 0.224, 0.225))
+    export_timm(backbone, tmp_path / "stretch.safetensors")
+    cfg = _timm_config(tmp_path / "stretch.safetensors")["pretrained_cfg"]
+    assert (cfg["crop_pct"], cfg["crop_mode"], cfg["interpolation"]) == (0.9, "squash", "bilinear")
+    np.testing.assert_allclose(cfg["mean"], (0.485, 0.456, 0.406), rtol=1e-6)
+    np.testing.assert_allclose(cfg["std"], (0.229, 0.224, 0.225), rtol=1e-6)
+    assert cfg["num_classes"] == 0 and "label_names" not in cfg

@@ -27,6 +27,11 @@ def _pipeline_answer(directory, path):
 # non-square model (the HF processor that stretches takes a height and a width).
 CASES = {
     "center_crop": (dict(image_size=32), "BitImageProcessor"),
+    "center_crop_0.875_bilinear": (dict(image_size=32, crop_fraction=0.875, interpolation="bilinear"),
+                                   "BitImageProcessor"),
+    "stretch_nonsquare": (dict(image_size=(32, 64), resize_mode="stretch"), "ViTImageProcessor"),
+    # 32 / 0.8 = 40: an even margin (transformers floors an odd margin's half, torchvision rounds it).
+    "stretch_0.8": (dict(image_size=32, resize_mode="stretch", crop_fraction=0.8), "DeiTImageProcessor"),
 }
 
 
@@ -46,3 +51,12 @@ def test_pipeline_on_the_export_answers_as_keras_vit(case, photos, tmp_path):
     for name, path in photos.items():
         assert_same_answer(_pipeline_answer(tmp_path / "exported", path), keras_vit_answer(model, path),
                            f"{case}, {name}")
+
+
+@pytest.mark.one_backend("writes config files; the warning does not depend on the backend")
+def test_a_nonsquare_centre_crop_is_exported_with_a_warning(tmp_path):
+    model = tiny_classifier(image_size=(32, 64))
+    with pytest.warns(UserWarning, match="resize_mode='stretch'"):
+        export_huggingface(model, tmp_path / "exported")
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "exported")
+    assert (processor.size["height"], processor.size["width"]) == (32, 64)
