@@ -22,6 +22,9 @@ TRANSFORM_ARGUMENTS = ("resize_mode", "crop_fraction", "interpolation", "alpha")
 # the size it came from: `size / fraction` is floored after this much slack (timm's own fractions,
 # 0.875, 0.9, 0.95, 1.0, are nowhere near an integer boundary).
 _FLOOR_SLACK = 1e-6
+# Above this many pixels the resized image is not made whole (a 1 x 4096 strip resized to 224 rows would
+# be 900,000 columns): only the region the centre crop keeps is resized, by `ImageTransform.crop_box`.
+_WHOLE_RESIZE_PIXELS = 16_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,12 +98,13 @@ class ImageTransform:
 
         The centre crop of the resized image at torchvision's whole-pixel
         offsets (`int(round((resized - size) / 2))`), mapped back onto the
-        image, so that resizing that region alone gives the pixels of
-        resizing the whole image and cropping (Pillow's kernels are placed
-        by the same scale and clipped at the image's edges, not the box's),
-        without making the whole resized image (a 1 x 4096 strip resized to
-        224 rows would be 900,000 columns). Each coordinate is one fraction
-        of integers rounded once, so it never leaves the image.
+        image: resizing that region alone, one direction at a time, gives the
+        pixels of resizing the whole image and cropping (Pillow's kernels are
+        placed by the same scale and clipped at the image's edges, not the
+        box's), to a level where a kernel's position differs in its last bit.
+        Used for images whose whole resized copy would be too large. Each coordinate
+        is one fraction of integers rounded once, so it never leaves the
+        image.
         """
         out_h, out_w = to_pair(size, "size")
         resized_h, resized_w = self.resized_size(height, width, size)
@@ -117,9 +121,19 @@ class ImageTransform:
         """
         out_h, out_w = to_pair(size, "size")
         height, width = image.shape[:2]
-        if (height, width) == (out_h, out_w) and self.resized_size(height, width, size) == (height, width):
+        resized_h, resized_w = self.resized_size(height, width, size)
+        if (resized_h, resized_w) == (height, width) == (out_h, out_w):
             return np.asarray(image, dtype="float32")
-        return resize_region(image, self.crop_box(height, width, size), (out_h, out_w), self.interpolation)
+        if resized_h * resized_w > _WHOLE_RESIZE_PIXELS:
+            # A long strip: only the kept region is resized, in Pillow's order (the rows, then the
+            # columns), one direction per call: each pass is then within a level of the whole one's.
+            left, top, right, bottom = self.crop_box(height, width, size)
+            rows = resize_region(image, (left, 0, right, height), (height, out_w), self.interpolation)
+            return resize_region(rows, (0, top, out_w, bottom), (out_h, out_w), self.interpolation)
+        # timm's order exactly: the whole image resized, then whole pixels cropped from its centre.
+        top, left = int(round((resized_h - out_h) / 2.0)), int(round((resized_w - out_w) / 2.0))
+        resized = resize_region(image, (0, 0, width, height), (resized_h, resized_w), self.interpolation)
+        return np.ascontiguousarray(resized[top:top + out_h, left:left + out_w])
 
     def describe(self):
         """The transform in words a serving client can follow (each preset's `metadata.json`)."""
