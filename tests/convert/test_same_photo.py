@@ -1,0 +1,304 @@
+"""The same photo, the same answer: each real client against keras_vit on real photographs (issue 47).
+
+keras_vit's conversions are exact on tensors; these tests start from the
+files a user has. Nine photographs that ship inside scikit-image and
+scikit-learn (tests/convert/photos.py) are classified end to end by each
+client and by `keras-vit predict`, and every pair must agree on every photo:
+the top-5 classes in the same order and every probability within 1e-2.
+
+- timm's own pipeline (`resolve_data_config` + `create_transform`, committed
+  in tests/fixtures/photos by scripts/make_photo_fixtures.py) against
+  `keras-vit predict` of the timm checkpoint;
+- `keras-vit convert --to huggingface` of that checkpoint, read by
+  transformers' `pipeline("image-classification")`, against timm's answer,
+  with class names (not `LABEL_k`) equal to the names `predict` prints;
+- a transformers ViT saved with `save_pretrained` and its image processor,
+  read by `keras-vit predict`, against transformers' `pipeline` on the same
+  directory.
+
+Alpha: every client reads a transparent photo with Pillow's `convert("RGB")`,
+which drops the alpha channel, and a converted model follows its source, so
+`coffee_rgba` must give each client's answer too (a model keras_vit built from
+scratch composites over white; that is not what these tests see).
+"""
+
+import contextlib
+import functools
+import io
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from keras_vit import cli
+from tests.convert.photos import PHOTO_FILES, pixel_digest, write_checkpoint, write_photos
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "photos")
+PROBABILITY_TOLERANCE = 1e-2
+TOP = 5
+TIMM_FIXTURES = ("timm_center_crop", "timm_squash_bilinear")
+PHOTOS = tuple(PHOTO_FILES)
+# The transformers checkpoints saved in the test: name -> the image processor saved beside the model.
+# ViTImageProcessor's defaults are google/vit-*'s on the hub (224 x 224 stretch, bilinear, mean/std 0.5);
+# ConvNext-style processors (shortest edge / crop_pct, bicubic) are what many other ViT checkpoints carry.
+HF_PROCESSORS = {
+    "vit_image_processor": lambda: transformers.ViTImageProcessor(),
+    "convnext_crop_pct": lambda: transformers.ConvNextImageProcessor(
+        size={"shortest_edge": 224}, crop_pct=0.875, resample=3,
+        image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]),
+}
+HF_CLASS_NAMES = ["tabby cat", "golden retriever", "space shuttle", "espresso", "teapot", "daisy", "pagoda",
+                  "astronaut", "camera", "rose", "volcano", "lighthouse"]
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    with open(os.path.join(FIXTURES, "MANIFEST.json")) as handle:
+        return json.load(handle)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory, manifest):
+    """name -> path of each photo file, the same pixels timm classified (checked by digest)."""
+    paths = write_photos(tmp_path_factory.mktemp("photos"))
+    differing = [name for name, path in paths.items() if pixel_digest(path) != manifest["photos"][name]["pixel_digest"]]
+    assert not differing, (
+        f"photos {differing} decode to other pixels than those timm classified (Pillow "
+        f"{manifest['pillow_version']}, scikit-image / scikit-learn of requirements/reference.txt): "
+        "run scripts/make_photo_fixtures.py again with the test environment's versions")
+    return paths
+
+
+def keras_vit_predict(handle, paths):
+    """`keras-vit predict` as a user runs it: photo path -> [(class id, name, probability)] for every class."""
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        code = cli.main(["predict", *paths, "--preset", str(handle), "--top", "100000"])
+    assert code == 0, output.getvalue()
+    results, current = {}, None
+    for line in output.getvalue().splitlines():
+        if not line.startswith(" ") and line.endswith(":"):
+            current = results.setdefault(line[:-1], [])
+            continue
+        match = re.fullmatch(r"\s+\d+\. (.*): ([0-9.]+)", line)
+        if match is None or current is None:
+            continue
+        label, score = match.groups()
+        # "tench (n01440764)" for ImageNet, "tabby cat (0)" for named classes, "class 3" for unnamed ones.
+        named = re.fullmatch(r"(.*) \(([0-9a-z]+)\)", label)
+        printed_id, name = (named.group(2), named.group(1)) if named else (label.split()[-1], label)
+        class_id = int(printed_id) if printed_id.isdigit() else imagenet_index()[printed_id]
+        current.append((class_id, name, float(score)))
+    return [results[str(path)] for path in paths]
+
+
+@functools.lru_cache(maxsize=1)
+def imagenet_index():
+    """WordNet synset -> ImageNet-1k class index (timm's class list, which keras_vit ships)."""
+    from keras_vit.presets.imagenet import imagenet_classes
+
+    return {synset: index for index, (synset, _) in enumerate(imagenet_classes())}
+
+
+def as_probabilities(ranked, num_classes):
+    probabilities = np.zeros(num_classes)
+    for class_id, _, score in ranked:
+        probabilities[class_id] = score
+    return probabilities
+
+
+def check_agreement(client, reference, what):
+    """Top-5 in the same order and every probability within the tolerance."""
+    client_top, reference_top = [int(i) for i in np.argsort(-client)[:TOP]], [int(i) for i in np.argsort(-reference)[:TOP]]
+    difference = float(np.abs(client - reference).max())
+    assert client_top == reference_top and difference <= PROBABILITY_TOLERANCE, (
+        f"{what}: top-{TOP} {client_top} against {reference_top} "
+        f"(probabilities {np.round(client[reference_top], 4).tolist()} against "
+        f"{np.round(reference[reference_top], 4).tolist()}); largest probability difference {difference:.4f}")
+
+
+# --- timm: its own pipeline against `keras-vit predict` ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def timm_checkpoints(tmp_path_factory, manifest):
+    """fixture name -> a timm hub checkpoint directory (config.json as timm wrote it + the seeded weights)."""
+    root = tmp_path_factory.mktemp("timm")
+    checkpoints = {}
+    for name in TIMM_FIXTURES:
+        with open(os.path.join(FIXTURES, name, "config.json")) as handle:
+            config = json.load(handle)
+        checkpoints[name] = write_checkpoint(str(root / name), config, manifest["weights"])
+    return checkpoints
+
+
+@pytest.fixture(scope="module")
+def timm_references():
+    references = {}
+    for name in TIMM_FIXTURES:
+        with np.load(os.path.join(FIXTURES, name, "reference.npz"), allow_pickle=False) as data:
+            assert tuple(data["photos"]) == PHOTOS
+            references[name] = data["probabilities"].astype(np.float64)
+    return references
+
+
+@pytest.fixture(scope="module")
+def predicted_from_timm(timm_checkpoints, photos):
+    """fixture name -> `keras-vit predict` of the timm checkpoint on all photos (one call, as a user would)."""
+    return {name: keras_vit_predict(directory, list(photos.values())) for name, directory in timm_checkpoints.items()}
+
+
+@pytest.mark.parametrize("photo", PHOTOS)
+@pytest.mark.parametrize("fixture", TIMM_FIXTURES)
+def test_timm_pipeline_and_predict_agree(fixture, photo, timm_references, predicted_from_timm):
+    index = PHOTOS.index(photo)
+    reference = timm_references[fixture][index]
+    client = as_probabilities(predicted_from_timm[fixture][index], reference.shape[-1])
+    check_agreement(client, reference, f"keras-vit predict vs timm's pipeline, {fixture}, {PHOTO_FILES[photo]}")
+
+
+# --- keras_vit -> `convert --to huggingface` -> transformers' pipeline -------------------------------
+
+
+@pytest.fixture(scope="module")
+def huggingface_exports(tmp_path_factory, timm_checkpoints):
+    root = tmp_path_factory.mktemp("hf_export")
+    exports = {}
+    for name, directory in timm_checkpoints.items():
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            code = cli.main(["convert", directory, str(root / name), "--to", "huggingface"])
+        assert code == 0, output.getvalue()
+        exports[name] = str(root / name)
+    return exports
+
+
+def transformers_pipeline(directory, paths):
+    """transformers' `pipeline("image-classification")` on the files: per photo [(label, probability)]."""
+    classify = transformers.pipeline("image-classification", model=directory, device="cpu")
+    num_classes = classify.model.config.num_labels
+    return [[(item["label"], item["score"]) for item in classify(path, top_k=num_classes)] for path in paths]
+
+
+def scores_by_class(ranked, id2label, reference):
+    """The pipeline's (label, score) list as a vector by class index.
+
+    A few ImageNet classes share a first name ("crane", "maillot"): their scores go to their
+    classes in the reference's order, the assignment most favourable to the client.
+    """
+    classes_of = {}
+    for class_id, label in sorted(id2label.items()):
+        classes_of.setdefault(label, []).append(class_id)
+    scores_of = {}
+    for label, score in ranked:
+        scores_of.setdefault(label, []).append(score)
+    client = np.zeros_like(reference)
+    for label, scores in scores_of.items():
+        classes = sorted(classes_of[label], key=lambda class_id: -reference[class_id])
+        client[classes] = sorted(scores, reverse=True)
+    return client
+
+
+@pytest.fixture(scope="module")
+def pipeline_on_exports(huggingface_exports, photos):
+    return {name: transformers_pipeline(directory, list(photos.values()))
+            for name, directory in huggingface_exports.items()}
+
+
+@pytest.mark.parametrize("photo", PHOTOS)
+@pytest.mark.parametrize("fixture", TIMM_FIXTURES)
+def test_huggingface_export_in_transformers_pipeline(fixture, photo, huggingface_exports, pipeline_on_exports,
+                                                     timm_references, predicted_from_timm):
+    index = PHOTOS.index(photo)
+    with open(os.path.join(huggingface_exports[fixture], "config.json")) as handle:
+        id2label = {int(i): label for i, label in json.load(handle)["id2label"].items()}
+    ranked = pipeline_on_exports[fixture][index]
+    reference = timm_references[fixture][index]
+    keras_vit_names = {class_id: name for class_id, name, _ in predicted_from_timm[fixture][index]}
+    expected_labels = [keras_vit_names[class_id] for class_id in np.argsort(-reference)[:TOP]]
+    top_labels = [label for label, _ in ranked[:TOP]]
+    assert top_labels == expected_labels, (
+        f"{PHOTO_FILES[photo]}: the pipeline's top-{TOP} labels {top_labels} are not the class names keras-vit "
+        f"predict prints for timm's top-{TOP} ({expected_labels})")
+    client = scores_by_class(ranked, id2label, reference)
+    check_agreement(client, reference, f"transformers' pipeline on the Hugging Face export vs timm's pipeline, "
+                                       f"{fixture}, {PHOTO_FILES[photo]}")
+
+
+# --- transformers `save_pretrained` -> `keras-vit predict` ------------------------------------------
+
+
+def _random_transformers_vit(seed):
+    """A small transformers ViT at 224 px, patch 16, its weights drawn so that the answer depends on the photo."""
+    config = transformers.ViTConfig(
+        image_size=224, patch_size=16, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=96, num_labels=len(HF_CLASS_NAMES), layer_norm_eps=1e-12,
+        id2label=dict(enumerate(HF_CLASS_NAMES)), label2id={name: i for i, name in enumerate(HF_CLASS_NAMES)})
+    model = transformers.ViTForImageClassification(config).eval()
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            noise = rng.standard_normal(tuple(parameter.shape))
+            if name.endswith("bias"):
+                value = 0.02 * noise
+            elif "layernorm" in name:
+                value = 1.0 + 0.1 * noise
+            elif name.endswith(("cls_token", "position_embeddings")):
+                value = 0.1 * noise
+            else:  # unit-variance outputs; the head 4 times that, so that probabilities differ visibly
+                value = noise / np.sqrt(np.prod(parameter.shape[1:])) * (4.0 if name.startswith("classifier") else 1)
+            parameter.copy_(torch.from_numpy(value.astype(np.float32)))
+    return model
+
+
+@pytest.fixture(scope="module")
+def transformers_checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("transformers")
+    model = _random_transformers_vit(seed=47)
+    checkpoints = {}
+    for name, processor in HF_PROCESSORS.items():
+        directory = str(root / name)
+        model.save_pretrained(directory)
+        processor().save_pretrained(directory)
+        checkpoints[name] = directory
+    return checkpoints
+
+
+@pytest.fixture(scope="module")
+def transformers_and_keras_vit(transformers_checkpoints, photos):
+    """processor name -> (the pipeline's ranking, keras-vit predict's ranking), per photo."""
+    paths = list(photos.values())
+    return {name: (transformers_pipeline(directory, paths), keras_vit_predict(directory, paths))
+            for name, directory in transformers_checkpoints.items()}
+
+
+@pytest.mark.parametrize("photo", PHOTOS)
+@pytest.mark.parametrize("processor", tuple(HF_PROCESSORS))
+def test_save_pretrained_in_predict(processor, photo, transformers_and_keras_vit):
+    index = PHOTOS.index(photo)
+    pipeline_ranked, predict_ranked = (answers[index] for answers in transformers_and_keras_vit[processor])
+    names = [name for _, name, _ in predict_ranked[:TOP]]
+    assert names == [label for label, _ in pipeline_ranked[:TOP]], (
+        f"keras-vit predict names {names}, the pipeline {[label for label, _ in pipeline_ranked[:TOP]]} "
+        f"({processor}, {PHOTO_FILES[photo]}): the checkpoint's id2label is the class names")
+    reference = np.zeros(len(HF_CLASS_NAMES))
+    for label, score in pipeline_ranked:
+        reference[HF_CLASS_NAMES.index(label)] = score
+    client = as_probabilities(predict_ranked, len(HF_CLASS_NAMES))
+    check_agreement(client, reference, f"keras-vit predict vs transformers' pipeline, save_pretrained with "
+                                       f"{processor}, {PHOTO_FILES[photo]}")
+
+
+@pytest.mark.one_backend("reads the committed fixture and the photo files only, no model")
+def test_fixture_can_tell_transforms_apart(manifest):
+    # The comparison must be able to fail: in timm itself, the same model with crop_pct 1.0 instead of
+    # its pretrained_cfg's 0.9, or a plain 224 x 224 stretch, gives another top-5 on photos.
+    entry = manifest["fixtures"]["timm_center_crop"]
+    assert entry["if_crop_pct_1"]["same_top5"] < len(PHOTOS) - 3
+    assert entry["if_stretched_224_bilinear"]["same_top5"] < len(PHOTOS) - 3
+    assert max(entry["if_crop_pct_1"]["max_difference"]) > 10 * PROBABILITY_TOLERANCE
