@@ -12,11 +12,18 @@ and the checkpoint timm classified are the very ones the tests read.
   fixture, as timm publishes it on the hub (`config.json` +
   `model.safetensors`), its weights drawn from numpy's seeded generator by
   `recipe` (names, shapes, seed), so no weights are committed.
+- the clients, end to end on the files: `keras_vit_predict` (the command as
+  a user runs it), `transformers_pipeline`, and `compare` (top-5 order and the
+  largest probability difference); frameworks are imported when called.
 """
 
+import contextlib
+import functools
 import hashlib
+import io
 import json
 import os
+import re
 
 import numpy as np
 
@@ -136,7 +143,111 @@ def write_checkpoint(directory, config, recipe):
     return directory
 
 
-def softmax(logits):
-    logits = np.asarray(logits, dtype=np.float64)
-    exp = np.exp(logits - logits.max(-1, keepdims=True))
-    return exp / exp.sum(-1, keepdims=True)
+# --- The clients, end to end on the files --------------------------------------------------------
+
+
+def keras_vit_predict(handle, paths):
+    """`keras-vit predict` as a user runs it: photo path -> [(class id, name, probability)] for every class."""
+    from keras_vit import cli
+
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        code = cli.main(["predict", *paths, "--preset", str(handle), "--top", "100000"])
+    if code != 0:
+        raise RuntimeError(f"keras-vit predict failed ({code}): {output.getvalue()[-2000:]}")
+    results, current = {}, None
+    for line in output.getvalue().splitlines():
+        if not line.startswith(" ") and line.endswith(":"):
+            current = results.setdefault(line[:-1], [])
+            continue
+        match = re.fullmatch(r"\s+\d+\. (.*): ([0-9.]+)", line)
+        if match is None or current is None:
+            continue
+        label, score = match.groups()
+        # "tench (n01440764)" for ImageNet, "tabby cat (0)" for named classes, "class 3" for unnamed ones.
+        named = re.fullmatch(r"(.*) \(([0-9a-z]+)\)", label)
+        printed_id, name = (named.group(2), named.group(1)) if named else (label.split()[-1], label)
+        class_id = int(printed_id) if printed_id.isdigit() else imagenet_index()[printed_id]
+        current.append((class_id, name, float(score)))
+    return [results[str(path)] for path in paths]
+
+
+@functools.lru_cache(maxsize=1)
+def imagenet_index():
+    """WordNet synset -> ImageNet-1k class index (timm's class list, which keras_vit ships)."""
+    from keras_vit.presets.imagenet import imagenet_classes
+
+    return {synset: index for index, (synset, _) in enumerate(imagenet_classes())}
+
+
+def as_probabilities(ranked, num_classes):
+    probabilities = np.zeros(num_classes)
+    for class_id, _, score in ranked:
+        probabilities[class_id] = score
+    return probabilities
+
+
+def transformers_pipeline(directory, paths):
+    """transformers' `pipeline("image-classification")` on the files: per photo [(label, probability)]."""
+    import transformers
+
+    classify = transformers.pipeline("image-classification", model=directory, device="cpu")
+    num_classes = classify.model.config.num_labels
+    return [[(item["label"], item["score"]) for item in classify(path, top_k=num_classes)] for path in paths]
+
+
+def scores_by_class(ranked, id2label, reference):
+    """The pipeline's (label, score) list as a vector by class index.
+
+    A few ImageNet classes share a first name ("crane", "maillot"): their scores go to their
+    classes in the reference's order, the assignment most favourable to the client.
+    """
+    classes_of = {}
+    for class_id, label in sorted(id2label.items()):
+        classes_of.setdefault(label, []).append(class_id)
+    scores_of = {}
+    for label, score in ranked:
+        scores_of.setdefault(label, []).append(score)
+    client = np.zeros_like(reference)
+    for label, scores in scores_of.items():
+        classes = sorted(classes_of[label], key=lambda class_id: -reference[class_id])
+        client[classes] = sorted(scores, reverse=True)
+    return client
+
+
+def compare(client, reference, top=5):
+    """(same top-`top` in the same order, largest probability difference) of two probability vectors."""
+    client_top = [int(i) for i in np.argsort(-client)[:top]]
+    reference_top = [int(i) for i in np.argsort(-reference)[:top]]
+    return client_top == reference_top, float(np.abs(client - reference).max())
+
+
+# The class names of the transformers ViT saved in the tests (its id2label).
+HF_CLASS_NAMES = ["tabby cat", "golden retriever", "space shuttle", "espresso", "teapot", "daisy", "pagoda",
+                  "astronaut", "camera", "rose", "volcano", "lighthouse"]
+
+
+def random_transformers_vit(seed):
+    """A small transformers ViT at 224 px, patch 16, its weights drawn so that the answer depends on the photo."""
+    import torch
+    import transformers
+
+    config = transformers.ViTConfig(
+        image_size=224, patch_size=16, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=96, num_labels=len(HF_CLASS_NAMES), layer_norm_eps=1e-12,
+        id2label=dict(enumerate(HF_CLASS_NAMES)), label2id={name: i for i, name in enumerate(HF_CLASS_NAMES)})
+    model = transformers.ViTForImageClassification(config).eval()
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            noise = rng.standard_normal(tuple(parameter.shape))
+            if name.endswith("bias"):
+                value = 0.02 * noise
+            elif "layernorm" in name:
+                value = 1.0 + 0.1 * noise
+            elif name.endswith(("cls_token", "position_embeddings")):
+                value = 0.1 * noise
+            else:  # unit-variance outputs; the head 4 times that, so that probabilities differ visibly
+                value = noise / np.sqrt(np.prod(parameter.shape[1:])) * (4.0 if name.startswith("classifier") else 1)
+            parameter.copy_(torch.from_numpy(value.astype(np.float32)))
+    return model

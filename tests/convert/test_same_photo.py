@@ -23,7 +23,6 @@ scratch composites over white; that is not what these tests see).
 """
 
 import contextlib
-import functools
 import io
 import json
 import os
@@ -33,7 +32,10 @@ import numpy as np
 import pytest
 
 from keras_vit import cli
-from tests.convert.photos import PHOTO_FILES, pixel_digest, write_checkpoint, write_photos
+from tests.convert.photos import (
+    HF_CLASS_NAMES, PHOTO_FILES, as_probabilities, compare, random_transformers_vit, keras_vit_predict, pixel_digest, scores_by_class, transformers_pipeline,
+    write_checkpoint, write_photos,
+)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -52,8 +54,6 @@ HF_PROCESSORS = {
         size={"shortest_edge": 224}, crop_pct=0.875, resample=3,
         image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]),
 }
-HF_CLASS_NAMES = ["tabby cat", "golden retriever", "space shuttle", "espresso", "teapot", "daisy", "pagoda",
-                  "astronaut", "camera", "rose", "volcano", "lighthouse"]
 
 
 @pytest.fixture(scope="module")
@@ -74,49 +74,11 @@ def photos(tmp_path_factory, manifest):
     return paths
 
 
-def keras_vit_predict(handle, paths):
-    """`keras-vit predict` as a user runs it: photo path -> [(class id, name, probability)] for every class."""
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output):
-        code = cli.main(["predict", *paths, "--preset", str(handle), "--top", "100000"])
-    assert code == 0, output.getvalue()
-    results, current = {}, None
-    for line in output.getvalue().splitlines():
-        if not line.startswith(" ") and line.endswith(":"):
-            current = results.setdefault(line[:-1], [])
-            continue
-        match = re.fullmatch(r"\s+\d+\. (.*): ([0-9.]+)", line)
-        if match is None or current is None:
-            continue
-        label, score = match.groups()
-        # "tench (n01440764)" for ImageNet, "tabby cat (0)" for named classes, "class 3" for unnamed ones.
-        named = re.fullmatch(r"(.*) \(([0-9a-z]+)\)", label)
-        printed_id, name = (named.group(2), named.group(1)) if named else (label.split()[-1], label)
-        class_id = int(printed_id) if printed_id.isdigit() else imagenet_index()[printed_id]
-        current.append((class_id, name, float(score)))
-    return [results[str(path)] for path in paths]
-
-
-@functools.lru_cache(maxsize=1)
-def imagenet_index():
-    """WordNet synset -> ImageNet-1k class index (timm's class list, which keras_vit ships)."""
-    from keras_vit.presets.imagenet import imagenet_classes
-
-    return {synset: index for index, (synset, _) in enumerate(imagenet_classes())}
-
-
-def as_probabilities(ranked, num_classes):
-    probabilities = np.zeros(num_classes)
-    for class_id, _, score in ranked:
-        probabilities[class_id] = score
-    return probabilities
-
-
 def check_agreement(client, reference, what):
     """Top-5 in the same order and every probability within the tolerance."""
-    client_top, reference_top = [int(i) for i in np.argsort(-client)[:TOP]], [int(i) for i in np.argsort(-reference)[:TOP]]
-    difference = float(np.abs(client - reference).max())
-    assert client_top == reference_top and difference <= PROBABILITY_TOLERANCE, (
+    same_order, difference = compare(client, reference, TOP)
+    client_top, reference_top = (list(np.argsort(-vector)[:TOP].astype(int)) for vector in (client, reference))
+    assert same_order and difference <= PROBABILITY_TOLERANCE, (
         f"{what}: top-{TOP} {client_top} against {reference_top} "
         f"(probabilities {np.round(client[reference_top], 4).tolist()} against "
         f"{np.round(reference[reference_top], 4).tolist()}); largest probability difference {difference:.4f}")
@@ -178,32 +140,6 @@ def huggingface_exports(tmp_path_factory, timm_checkpoints):
     return exports
 
 
-def transformers_pipeline(directory, paths):
-    """transformers' `pipeline("image-classification")` on the files: per photo [(label, probability)]."""
-    classify = transformers.pipeline("image-classification", model=directory, device="cpu")
-    num_classes = classify.model.config.num_labels
-    return [[(item["label"], item["score"]) for item in classify(path, top_k=num_classes)] for path in paths]
-
-
-def scores_by_class(ranked, id2label, reference):
-    """The pipeline's (label, score) list as a vector by class index.
-
-    A few ImageNet classes share a first name ("crane", "maillot"): their scores go to their
-    classes in the reference's order, the assignment most favourable to the client.
-    """
-    classes_of = {}
-    for class_id, label in sorted(id2label.items()):
-        classes_of.setdefault(label, []).append(class_id)
-    scores_of = {}
-    for label, score in ranked:
-        scores_of.setdefault(label, []).append(score)
-    client = np.zeros_like(reference)
-    for label, scores in scores_of.items():
-        classes = sorted(classes_of[label], key=lambda class_id: -reference[class_id])
-        client[classes] = sorted(scores, reverse=True)
-    return client
-
-
 @pytest.fixture(scope="module")
 def pipeline_on_exports(huggingface_exports, photos):
     return {name: transformers_pipeline(directory, list(photos.values()))
@@ -233,33 +169,10 @@ def test_huggingface_export_in_transformers_pipeline(fixture, photo, huggingface
 # --- transformers `save_pretrained` -> `keras-vit predict` ------------------------------------------
 
 
-def _random_transformers_vit(seed):
-    """A small transformers ViT at 224 px, patch 16, its weights drawn so that the answer depends on the photo."""
-    config = transformers.ViTConfig(
-        image_size=224, patch_size=16, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=96, num_labels=len(HF_CLASS_NAMES), layer_norm_eps=1e-12,
-        id2label=dict(enumerate(HF_CLASS_NAMES)), label2id={name: i for i, name in enumerate(HF_CLASS_NAMES)})
-    model = transformers.ViTForImageClassification(config).eval()
-    rng = np.random.default_rng(seed)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            noise = rng.standard_normal(tuple(parameter.shape))
-            if name.endswith("bias"):
-                value = 0.02 * noise
-            elif "layernorm" in name:
-                value = 1.0 + 0.1 * noise
-            elif name.endswith(("cls_token", "position_embeddings")):
-                value = 0.1 * noise
-            else:  # unit-variance outputs; the head 4 times that, so that probabilities differ visibly
-                value = noise / np.sqrt(np.prod(parameter.shape[1:])) * (4.0 if name.startswith("classifier") else 1)
-            parameter.copy_(torch.from_numpy(value.astype(np.float32)))
-    return model
-
-
 @pytest.fixture(scope="module")
 def transformers_checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("transformers")
-    model = _random_transformers_vit(seed=47)
+    model = random_transformers_vit(seed=47)
     checkpoints = {}
     for name, processor in HF_PROCESSORS.items():
         directory = str(root / name)
