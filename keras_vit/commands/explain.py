@@ -85,7 +85,8 @@ def _load_images(paths, backbone):
     height, width, channels = backbone.input_shape[1:]
     if channels not in (1, 3):
         raise ValueError(f"The model takes {channels}-channel images; explain reads RGB or grayscale files only.")
-    images = np.stack([load_image(path, (height, width)) for path in paths])  # (B, h, w, 3) in [0, 255]
+    # The model's evaluation transform; (B, h, w, 3) in [0, 255].
+    images = np.stack([load_image(path, (height, width), transform=backbone) for path in paths])
     if channels == 1:
         images = (images @ np.array([0.299, 0.587, 0.114], dtype="float32"))[..., None]  # ITU-R 601 luma, as PIL's "L"
     return images

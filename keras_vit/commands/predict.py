@@ -46,8 +46,8 @@ def run(args):
 
     model = _load_model(args.preset)
     backbone = model.backbone
-    image_size = tuple(backbone.image_size)
-    batch = np.stack([load_image(path, image_size, backbone.num_channels, args.max_pixels) for path in args.images])
+    # The model's own size, channels and evaluation transform (its source's, for a converted model).
+    batch = np.stack([load_image(path, model, max_pixels=args.max_pixels) for path in args.images])
     # The files hold [0, 255] pixels; a model built for another range gets them rescaled.
     scale = float(getattr(backbone, "pixel_scale", 1.0 / 255.0) or 1.0 / 255.0)
     expected_max = 1.0 / scale

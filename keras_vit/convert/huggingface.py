@@ -11,6 +11,8 @@ import re
 
 import numpy as np
 
+from keras_vit.convert import class_names
+from keras_vit.convert.exported_transform import huggingface_processor
 from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.utils.files import Destination, claim, write_json_file
@@ -265,6 +267,10 @@ def from_huggingface(
             "activation": "softmax",  # probabilities, like every ViTClassifier; activation=None for logits
             **head_overrides,
         }
+        # The checkpoint's own names (transformers' LABEL_0... placeholders are none), unless the caller gave some.
+        names = class_names.from_id2label(config.get("id2label"), head_config["num_classes"])
+        if names is not None:
+            head_config.setdefault("class_names", names)
     elif "head.weight" in timm_state:
         ignored += ["classifier.weight", "classifier.bias"]
         timm_state.pop("head.weight")
@@ -376,26 +382,17 @@ def export_huggingface(model, directory):
         "dtype": "float32",
     }
     if num_labels:
-        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
-        config["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
-    channels = backbone.num_channels
-    per_channel = lambda v: [float(x) for x in (v if np.ndim(v) else [v] * channels)]  # noqa: E731
-    mean, std = per_channel(backbone.pixel_mean), per_channel(backbone.pixel_std)
-    if len(mean) == 1:
-        mean = mean * channels
-    if len(std) == 1:
-        std = std * channels
-    processor = {
-        "image_processor_type": "ViTImageProcessor",
-        "do_resize": True,
-        "size": {"height": image_size[0], "width": image_size[1]},
-        "resample": 2,
-        "do_rescale": True,
-        "rescale_factor": float(backbone.pixel_scale),
-        "do_normalize": True,
-        "image_mean": mean,
-        "image_std": std,
-    }
+        # The model's names (ImageNet's for a 1000-class model without names, as `predict` prints them), so
+        # transformers' pipeline prints what keras_vit prints; LABEL_i only where the model has no names.
+        names = class_names.names_of(classifier) or [f"LABEL_{i}" for i in range(num_labels)]
+        config["id2label"] = {str(i): name for i, name in enumerate(names)}
+        # Two classes may share a name (ImageNet has two "crane"s): label2id keeps the first index of each.
+        config["label2id"] = {}
+        for i, name in enumerate(names):
+            config["label2id"].setdefault(name, i)
+    # The model's own evaluation transform (resize rule, crop, interpolation), so transformers' pipeline
+    # feeds it what keras_vit's reader does.
+    processor = huggingface_processor(backbone)
     # Beside a user's other files (a README) is fine: they are carried into the new directory. Over a
     # file of the same name that keras_vit did not write (another model's config.json) is not.
     if not isinstance(directory, Destination):

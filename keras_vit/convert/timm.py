@@ -6,6 +6,8 @@ import re
 
 import numpy as np
 
+from keras_vit.convert import class_names
+from keras_vit.convert.exported_transform import timm_pretrained_cfg
 from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.models.variants import MODEL_SIZES
@@ -195,6 +197,11 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
             "activation": "softmax",  # probabilities, like every ViTClassifier; activation=None for logits
         }
         head_config.update(head_overrides)
+        # The checkpoint's names travel with its head (a head of another size has none of them).
+        if head_config["num_classes"] == int(np.shape(state_dict["head.weight"])[0]):
+            names = class_names.from_timm_config(pretrained_cfg, head_config["num_classes"])
+            if names is not None:
+                head_config.setdefault("class_names", names)
     else:
         # A backbone is asked for, or the checkpoint has no classifier: the
         # head-side tensors (head, fc_norm, pre_logits) are deliberately dropped.
@@ -334,9 +341,18 @@ def model_timm_config(backbone, classifier):
             "input_size": [backbone.num_channels, *backbone.image_size],
             "mean": [m / factor for m in per_channel(mean)],
             "std": [s / factor for s in per_channel(std)],
+            # timm's create_transform then feeds the model what keras_vit's reader does.
+            **timm_pretrained_cfg(backbone),
             "num_classes": num_classes,
+            **_label_names(classifier),
         },
     }
+
+
+def _label_names(classifier):
+    """timm's `label_names` for a classifier with its own names; none for ImageNet-1k, which timm infers."""
+    names = getattr(classifier, "class_names", None)
+    return {"label_names": list(names)} if isinstance(names, (list, tuple)) else {}
 
 
 def export_timm(model, path):

@@ -34,7 +34,7 @@ import keras
 import numpy as np
 
 from keras_vit.data.augment import AugmentPolicy, random_resized_crop
-from keras_vit.data.images import DEFAULT_MAX_PIXELS, ImageFileError, center_crop, open_image, read_image
+from keras_vit.data.images import DEFAULT_MAX_PIXELS, ImageFileError, as_transform, open_image, read_image
 from keras_vit.utils import to_pair
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.files import path_relation, quote
@@ -370,11 +370,15 @@ class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
             shards see exactly the pixels one process would (MixUp, CutMix
             and RandAugment, which act on a whole batch, act on each
             process's rows). Defaults to `None` (everything).
+        transform: the model's evaluation transform (`ImageTransform`, a
+            dict of its fields, or the model itself): how held-out images
+            are resized and cropped, and every image's alpha rule.
+            Defaults to `None` (a model built from scratch's).
     """
 
     def __init__(self, paths, labels, image_size, num_channels=3, batch_size=32, training=False, augment=None,
                  num_classes=None, seed=0, class_names=None, workers=2, use_multiprocessing=False,
-                 max_queue_size=8, shard=None):
+                 max_queue_size=8, shard=None, transform=None):
         # Keras reads batches in order, one at a time (workers=1); `decode_threads` decode each batch's images.
         super().__init__(workers=1, use_multiprocessing=False, max_queue_size=max_queue_size)
         if not isinstance(workers, int) or isinstance(workers, bool) or workers <= 0:
@@ -400,6 +404,7 @@ class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
         if self.augment is not None and self.augment.mixes_labels and self.labels is not None and not num_classes:
             raise ValueError("MixUp / CutMix need `num_classes` to make one-hot labels.")
         self.shard = shard
+        self.transform = as_transform(transform)
 
     def _num_rows(self):
         return len(self.paths)
@@ -427,12 +432,12 @@ class ImageFolderDataset(_ShardedRows, keras.utils.PyDataset):
             # One generator per image, keyed by its place in the global batch: the same pixels
             # whichever process (and whichever thread) reads it.
             rng = np.random.default_rng([self.seed, epoch, index, 1, first + row]) if self.training else None
-            image = read_image(self.paths[chosen[row]], self.num_channels)
+            image = read_image(self.paths[chosen[row]], self.num_channels, alpha=self.transform.alpha)
             if self.training and self.augment.crop:
                 image = random_resized_crop(image, self.image_size, rng, scale=self.augment.crop_scale,
                                             ratio=self.augment.crop_ratio)
             else:
-                image = center_crop(image, self.image_size)
+                image = self.transform(image, self.image_size)
             if self.training and self.augment.flip and rng.random() < 0.5:
                 image = image[:, ::-1]
             images[row] = image
@@ -517,7 +522,7 @@ class ArrayBatches(_ShardedRows, keras.utils.PyDataset):
 
 def image_folder_datasets(directory, image_size, num_channels=3, batch_size=32, validation_split=0.2,
                           validation_dir=None, seed=0, augment=None, class_names=None, on_bad_file="error",
-                          max_pixels=DEFAULT_MAX_PIXELS, workers=2, shard=None):
+                          max_pixels=DEFAULT_MAX_PIXELS, workers=2, shard=None, transform=None):
     """A training and a validation dataset from a class-per-subfolder image folder.
 
     Args:
@@ -543,6 +548,8 @@ def image_folder_datasets(directory, image_size, num_channels=3, batch_size=32, 
         shard: `(index, count)` or `None`. This process's share of every
             global batch, for training with many processes (see
             `ImageFolderDataset`). Defaults to `None`.
+        transform: the model's evaluation transform, or the model (see
+            `ImageFolderDataset`). Defaults to `None`.
 
     Returns:
         `(train, validation)`: `ImageFolderDataset`s (`validation` is `None`
@@ -556,7 +563,8 @@ def image_folder_datasets(directory, image_size, num_channels=3, batch_size=32, 
     paths, labels, class_names = index_image_folder(directory, class_names, on_bad_file, max_pixels)
     augment = augment or AugmentPolicy()
     common = dict(image_size=image_size, num_channels=num_channels, batch_size=batch_size,
-                  num_classes=len(class_names), seed=seed, class_names=class_names, workers=workers, shard=shard)
+                  num_classes=len(class_names), seed=seed, class_names=class_names, workers=workers, shard=shard,
+                  transform=as_transform(transform))
     if validation_dir is not None:
         val_paths, val_labels, _ = index_image_folder(validation_dir, class_names, on_bad_file, max_pixels)
         train_paths, train_labels = paths, labels
@@ -588,11 +596,13 @@ class _EvalDataset(ImageFolderDataset):
 
 
 def read_image_folder(directory, image_size, num_channels=3, class_names=None, on_bad_file="error",
-                      max_pixels=DEFAULT_MAX_PIXELS):
-    """Every image of a class-per-subfolder folder as arrays (resized, centre-cropped).
+                      max_pixels=DEFAULT_MAX_PIXELS, transform=None):
+    """Every image of a class-per-subfolder folder as arrays, by the model's evaluation transform.
 
     For small folders (few-shot evaluation, tests); use
-    `image_folder_datasets` to train.
+    `image_folder_datasets` to train. `transform` is the model's (an
+    `ImageTransform`, a dict of its fields, or the model); `None` is a model
+    built from scratch's.
 
     Returns:
         `(images, labels, class_names)`: float32 `(n, h, w, c)` in [0, 255],
@@ -601,5 +611,6 @@ def read_image_folder(directory, image_size, num_channels=3, class_names=None, o
     paths, labels, class_names = index_image_folder(directory, class_names, on_bad_file, max_pixels)
 
     size = to_pair(image_size, "image_size")
-    images = np.stack([center_crop(read_image(path, num_channels), size) for path in paths])
+    transform = as_transform(transform)
+    images = np.stack([transform(read_image(path, num_channels, alpha=transform.alpha), size) for path in paths])
     return images, labels, class_names

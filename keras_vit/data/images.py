@@ -28,10 +28,13 @@ import os
 import numpy as np
 
 from keras_vit.utils.files import quote
+from keras_vit.utils.values import ALPHA_RULES, check_choice
 from keras_vit.utils.image_resize import (  # noqa: F401
     EVAL_TRANSFORM,
+    ImageTransform,
+    as_transform,
     center_crop,
-    center_crop_box,
+    image_transform,
     pil_image,
     resize_images,
     resize_region,
@@ -119,7 +122,7 @@ def _refuse_pixels(path, image_format, mode, what, fix):
     raise ImageFileError(f"{quote(os.fspath(path))} ({image_format or 'image'}, Pillow mode {mode}) {what}. {fix}")
 
 
-def _high_depth_gray(image, path, image_format):
+def _high_depth_gray(image, path, image_format, alpha="white"):
     """A 16-bit, 32-bit integer or float grayscale image as [0, 255] gray levels (the rule below)."""
     mode = image.mode
     values = np.asarray(image).astype("float64")
@@ -150,16 +153,18 @@ def _high_depth_gray(image, path, image_format):
                            "pass them to the model as a [0, 255] array")
     gray = np.rint(values * (255.0 / white))
     transparent = image.info.get("transparency")
-    if isinstance(transparent, int):  # a 16-bit PNG's tRNS gray level: those pixels are transparent
+    if isinstance(transparent, int) and alpha == "white":  # a 16-bit PNG's tRNS gray level: transparent pixels
         gray[np.asarray(image) == transparent] = 255.0  # over white, as for every other mode
     return gray
 
 
-def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
+def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS, alpha="white"):
     """Decode an image file to a float32 `(height, width, num_channels)` array of [0, 255] pixels.
 
-    Upright by its EXIF orientation, transparency composited over white,
-    converted to RGB (`num_channels=3`) or luminance (`1`). Every pixel
+    Upright by its EXIF orientation, transparency composited over white
+    (`alpha="white"`) or its alpha channel dropped (`"drop"`, Pillow's
+    `convert("RGB")`: each pixel keeps its stored colour), converted to RGB
+    (`num_channels=3`) or luminance (`1`). Every pixel
     format becomes the 8-bit levels a viewer shows, or is refused:
 
     - 8-bit modes (1, L, P, RGB, CMYK, YCbCr and their transparent forms):
@@ -175,6 +180,8 @@ def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
         path: str or path-like. An image file.
         num_channels: int. 3 or 1. Defaults to `3`.
         max_pixels: int. See `open_image`.
+        alpha: str. `"white"` or `"drop"`, the model's rule
+            (`ViTBackbone(alpha=...)`). Defaults to `"white"`.
 
     Raises:
         ImageFileError: naming the file, for every way the file can be bad.
@@ -187,6 +194,7 @@ def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
     mode = {1: "L", 3: "RGB"}.get(num_channels)
     if mode is None:
         raise ValueError(f"`num_channels` must be 1 or 3 to read image files. Received: num_channels={num_channels!r}")
+    check_choice(alpha, ALPHA_RULES, "alpha")
     with open_image(path, max_pixels) as image, warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size was checked on open
         image_format = image.format  # the transposed copy below forgets it
@@ -197,11 +205,11 @@ def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
         try:
             image = ImageOps.exif_transpose(image)
             if image.mode.startswith("I") or image.mode == "F":
-                gray = _high_depth_gray(image, path, image_format)
+                gray = _high_depth_gray(image, path, image_format, alpha)
                 array = gray if num_channels == 1 else np.repeat(gray[..., None], 3, axis=-1)
                 array = array.astype("float32")
             else:
-                if image.mode in _ALPHA_MODES or "transparency" in image.info:
+                if alpha == "white" and (image.mode in _ALPHA_MODES or "transparency" in image.info):
                     rgba = image.convert("RGBA")
                     image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
                 array = np.asarray(image.convert(mode), dtype="float32")
@@ -214,16 +222,37 @@ def read_image(path, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
     return array[..., None] if array.ndim == 2 else array
 
 
-def load_image(path, image_size, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS):
-    """`read_image`, then `center_crop` to `image_size`: a file as the model's input.
+def load_image(path, image_size, num_channels=3, max_pixels=DEFAULT_MAX_PIXELS, transform=None):
+    """`read_image`, then the evaluation transform to `image_size`: a file as the model's input.
+
+    Pass the model as `image_size` to get its input exactly: its size, its
+    channels and its evaluation transform (`image_transform(model)`: resize
+    mode, crop fraction, interpolation and alpha rule, the source library's
+    for a converted model).
 
     Args:
         path: str or path-like. An image file.
-        image_size: int or `(height, width)`. The output size.
-        num_channels: int. 3 (RGB) or 1 (grayscale). Defaults to `3`.
+        image_size: int, `(height, width)`, or a keras_vit model whose
+            input size, channels and transform are used.
+        num_channels: int. 3 (RGB) or 1 (grayscale). Defaults to `3`
+            (the model's, when a model is given).
         max_pixels: int. See `open_image`.
+        transform: `ImageTransform`, a dict of its fields, a model, or
+            `None`: the model's when `image_size` is a model, otherwise a
+            model built from scratch's (shorter side to the size, centre
+            crop, bicubic, alpha over white). Defaults to `None`.
 
     Returns:
         A float32 numpy array `(height, width, num_channels)` in [0, 255].
+
+    Example:
+
+    >>> image = keras_vit.data.load_image("cat.jpg", model)
+    >>> model.predict(image[None])
     """
-    return center_crop(read_image(path, num_channels, max_pixels), image_size)
+    if hasattr(image_size, "image_shape"):  # a keras_vit model
+        model = image_size
+        *image_size, num_channels = model.image_shape()
+        transform = model if transform is None else transform
+    transform = as_transform(transform)
+    return transform(read_image(path, num_channels, max_pixels, alpha=transform.alpha), image_size)

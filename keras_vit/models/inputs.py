@@ -5,14 +5,14 @@ their batch first (`check_inputs`), so a batch that cannot be right gets a
 clear error instead of a traced shape error (on JAX a wrong-shaped batch
 reaching a compiled `predict` leaves the model's variables purged), and
 `predict` brings a numpy batch of raw images of another size to the
-model's with the one eval transform.
+model's with the model's own evaluation transform.
 """
 
 import numpy as np
 
 from keras_vit.layers.patches import check_image_shape
 from keras_vit.utils.checks import check_image_batch, check_pixel_range
-from keras_vit.utils.image_resize import resize_images
+from keras_vit.utils.image_resize import image_transform, resize_images
 
 
 class InputChecks:
@@ -48,7 +48,7 @@ class InputChecks:
             raise ValueError(
                 f"{type(self).__name__} '{self.name}' takes batches of images shaped (batch, {expected[0]}, "
                 f"{expected[1]}, {expected[2]}) but received a batch of shape {shape}. Resize the images "
-                f"(`keras_vit.data.resize_images(images, ({expected[0]}, {expected[1]}))`, which `predict` "
+                f"(`keras_vit.data.resize_images(images, ({expected[0]}, {expected[1]}), model)`, which `predict` "
                 "applies to numpy batches itself), or get a model for their size with `model.with_image_size(...)`."
             )
         backbone = getattr(self, "backbone", self)
@@ -74,18 +74,19 @@ class InputChecks:
         return super().predict(x, *args, **kwargs)
 
     def resize_raw_images(self, x):
-        """A numpy batch of raw images of another size, brought to the model's by the one eval transform.
+        """A numpy batch of raw images of another size, brought to the model's by its evaluation transform.
 
-        The shorter side is resized to the model's size and the centre
-        cropped (bicubic), exactly as `keras-vit predict` and the image
-        folders' held-out images are: `model.predict(photos)` takes a batch of
-        any size, as keras-hub's image classifiers and Hugging Face's pipeline
-        do. Anything else (tensors, datasets, the model's own size) is
-        returned as it is.
+        The model's own transform (`keras_vit.utils.image_resize.
+        image_transform(model)`: a centre crop or a stretch, its crop
+        fraction and interpolation), exactly as `keras-vit predict` and the
+        image folders' held-out images are: `model.predict(photos)` takes a
+        batch of any size, as keras-hub's image classifiers and Hugging
+        Face's pipeline do. Anything else (tensors, datasets, the model's own
+        size) is returned as it is.
         """
         if not isinstance(x, np.ndarray) or x.ndim != 4:
             return x
         expected = self.image_shape()
         if tuple(x.shape[1:3]) == tuple(expected[:2]) or x.shape[3] != expected[2] or not len(x):
             return x
-        return resize_images(x, expected[:2])
+        return resize_images(x, expected[:2], image_transform(self))

@@ -11,7 +11,7 @@ from keras_vit.layers.transformer_block import TransformerBlock
 from keras_vit.models.encoder import EncoderLayers, encode, encoder_layers, resolve_block_indices
 from keras_vit.models.hybrid import bit_resnet_stem
 from keras_vit.models.variants import parse_variant
-from keras_vit.utils.values import check_count, check_rate, to_pair
+from keras_vit.utils.values import check_count, check_image_transform, check_rate, to_pair
 from keras_vit.utils.resample import resample_position_embedding
 
 
@@ -88,6 +88,19 @@ class ViTBackbone(ViTModel, keras.Model):
             scaling. Defaults to `0.5`.
         pixel_std: float or tuple. Per-channel std divided by. Defaults to
             `0.5`. The defaults map [0, 255] to [-1, 1].
+        resize_mode: str. How an image of another size becomes the input
+            (the evaluation transform, `keras_vit.utils.image_resize.
+            ImageTransform`): `"center_crop"` (shorter side to
+            `size / crop_fraction`, centre cropped) or `"stretch"` (the whole
+            image resized, aspect ignored). Defaults to `"center_crop"`.
+        crop_fraction: float in (0, 1]. The share of the resized image the
+            centre crop keeps (timm's `crop_pct`). Defaults to `1.0`.
+        interpolation: str. `"bicubic"`, `"bilinear"` or `"nearest"`.
+            Defaults to `"bicubic"`.
+        alpha: str. Transparency of image files: `"white"` (composited over
+            white) or `"drop"` (the alpha channel discarded, as timm,
+            transformers and keras-hub do). Defaults to `"white"`. A
+            converted model takes its source's transform.
         stem: `keras.layers.Layer` or `None`. A network mapping normalised
             images to a feature map `(batch, h, w, c)` that is then cut into
             patches; this makes a hybrid ViT. Defaults to `None` (patches
@@ -125,6 +138,10 @@ class ViTBackbone(ViTModel, keras.Model):
         pixel_scale=1.0 / 255.0,
         pixel_mean=0.5,
         pixel_std=0.5,
+        resize_mode="center_crop",
+        crop_fraction=1.0,
+        interpolation="bicubic",
+        alpha="white",
         stem=None,
         name="vit_backbone",
         dtype=None,
@@ -138,6 +155,7 @@ class ViTBackbone(ViTModel, keras.Model):
         check_count(num_channels, "num_channels")
         check_count(num_layers, "num_layers")
         check_rate(drop_path_rate, "drop_path_rate")
+        check_image_transform(resize_mode, crop_fraction, interpolation, alpha)
         for key, value in (("image_size", max(image_size)), ("num_channels", num_channels),
                            ("num_layers", num_layers)):
             check_limit(value, key)
@@ -248,6 +266,11 @@ class ViTBackbone(ViTModel, keras.Model):
         self.pixel_scale = pixel_scale
         self.pixel_mean = pixel_mean
         self.pixel_std = pixel_std
+        # The evaluation transform: not used by the graph, read by every door of the image path.
+        self.resize_mode = resize_mode
+        self.crop_fraction = crop_fraction
+        self.interpolation = interpolation
+        self.alpha = alpha
         self.stem = stem
         self.grid_size = grid_size
         self.num_prefix_tokens = int(use_class_token) + num_register_tokens
@@ -396,6 +419,10 @@ class ViTBackbone(ViTModel, keras.Model):
             "pixel_scale": self.pixel_scale,
             "pixel_mean": self.pixel_mean,
             "pixel_std": self.pixel_std,
+            "resize_mode": self.resize_mode,
+            "crop_fraction": self.crop_fraction,
+            "interpolation": self.interpolation,
+            "alpha": self.alpha,
             "stem": None if self.stem is None else keras.saving.serialize_keras_object(self.stem),
             **self.base_config(),
         }

@@ -1,25 +1,9 @@
 """ImageNet-1k class names and `decode_predictions` for any list of classes."""
 
-import functools
-import os
-
 import numpy as np
 
+from keras_vit.convert.class_names import imagenet_classes  # noqa: F401  (re-exported: the one reader)
 from keras_vit.utils.values import is_int
-
-_CLASSES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "imagenet_classes.txt")
-
-
-@functools.lru_cache(maxsize=1)
-def imagenet_classes():
-    """The 1000 ImageNet-1k classes in index order, as `(synset, names)` pairs.
-
-    `names` is the comma-separated WordNet lemma list, e.g.
-    `("n01440764", "tench, Tinca tinca")`.
-    """
-    with open(_CLASSES_FILE, encoding="utf-8") as file:
-        rows = [line.rstrip("\n").split("\t") for line in file if not line.startswith("#") and line.strip()]
-    return tuple((synset, names) for synset, names in rows)
 
 
 def _class_table(class_names, shape):

@@ -31,9 +31,10 @@ from keras_vit.models.base import dtype_policy_from_config
 from keras_vit.models.vit_classifier import check_class_names
 from keras_vit.utils.checks import check_weights_file
 from keras_vit.utils.files import Destination, claim, quote, write_json_file, write_model_file
-from keras_vit.utils.image_resize import EVAL_TRANSFORM
-from keras_vit.utils.values import (check_count, check_number, check_optional_count, check_positive_number,
-                                    check_rate, is_int, per_channel, to_pair)
+from keras_vit.utils.image_resize import image_transform
+from keras_vit.utils.values import (ALPHA_RULES, INTERPOLATIONS, RESIZE_MODES, check_choice, check_count,
+                                    check_number, check_optional_count, check_positive_number, check_rate, is_int,
+                                    per_channel, to_pair)
 
 WEIGHTS_FILE = "model.weights.h5"
 METADATA_FILE = "metadata.json"
@@ -100,6 +101,16 @@ CONFIG_KEYS = {
     },
 }
 OPTIONAL_KEYS = {"name": _or_null(_TEXT), "dtype": _DTYPE_POLICY}
+# Keys a model's config gained after format 1, absent from the presets written before: their defaults
+# build the same weights and the transform every model had then.
+LATER_KEYS = {
+    "ViTBackbone": {
+        "resize_mode": lambda value, name: check_choice(value, RESIZE_MODES, name),
+        "crop_fraction": functools.partial(check_rate, include_zero=False, include_one=True),
+        "interpolation": lambda value, name: check_choice(value, INTERPOLATIONS, name),
+        "alpha": lambda value, name: check_choice(value, ALPHA_RULES, name),
+    },
+}
 _RESAVE = "Restore it, or save the model again with `save_to_preset`."
 
 
@@ -124,7 +135,7 @@ def _check_keys(config, class_name, where, prefix):
             dtype_policy_from_config(value, class_name)
 
     # The models' own rules for the dtype policy and the class names too (cheap: nothing is built).
-    rules = {**CONFIG_KEYS[class_name], **OPTIONAL_KEYS, "dtype": dtype_policy}
+    rules = {**CONFIG_KEYS[class_name], **LATER_KEYS.get(class_name, {}), **OPTIONAL_KEYS, "dtype": dtype_policy}
     if class_name == "ViTClassifier":
         rules["class_names"] = lambda value, name: check_class_names(value, max(config["num_classes"], 1))
     for key, rule in rules.items():
@@ -318,7 +329,9 @@ def save_to_preset(model, directory, **metadata):
         "python_version": platform.python_version(),
         "parameter_count": int(model.count_params()),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "image_transform": dict(EVAL_TRANSFORM),
+        # The model's own evaluation transform, in words and as its arguments (a masked patch
+        # predictor's is its backbone's).
+        "image_transform": image_transform(getattr(model, "backbone", model)).describe(),
         **metadata,
     }
     _check_json_metadata(info)

@@ -273,11 +273,35 @@ def check_replaceable(path, kind, argument=None, names=()):
                 f"{{name}} {quote(path)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
                 "overwrite them. Choose another directory, or move those files away.", argument)
         return
+    if foreign and _written_by_keras_hub(path, foreign):
+        raise ArgumentError(
+            f"{{name}} {quote(path)} holds keras-hub's task files ({', '.join(foreign)}): keras-hub's "
+            "`Task.save_to_preset` is saving a task whose backbone is a keras_vit model, and keras-hub cannot "
+            "load a keras_vit backbone from a preset. Save the whole task as one file instead: "
+            "`task.save('task.keras')` (it loads with `keras.saving.load_model('task.keras')` once keras_vit and "
+            "keras_hub are imported), or the backbone alone with `keras_vit`: "
+            "`task.backbone.save_to_preset(another_directory)`.", argument)
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise ArgumentError(
             f"{{name}} {quote(path)} holds files keras_vit did not write there ({shown}); writing the {kind} "
             "there would replace them. Choose a new or empty directory.", argument)
+
+
+# The file keras-hub's `PresetSaver.save_task` writes before it calls the backbone's `save_to_preset`.
+_KERAS_HUB_TASK_FILE = "task.json"
+
+
+def _written_by_keras_hub(directory, foreign):
+    """True if `foreign` holds keras-hub's `task.json` (a Keras object registered as `keras_hub>...`)."""
+    if _KERAS_HUB_TASK_FILE not in foreign:
+        return False
+    try:
+        with open(os.path.join(directory, _KERAS_HUB_TASK_FILE), encoding="utf-8") as file:
+            document = json.load(file)
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and str(document.get("registered_name", "")).startswith("keras_hub>")
 
 
 def check_writable_names(directory, names, kind, argument=None):

@@ -13,6 +13,7 @@ model means (its size limits, its class-name lists) stays with that model.
 - `check_divisible`, `check_group_count`: a size that must split evenly.
 - `to_pair`: image sizes, patch sizes, grids, kernels and strides.
 - `per_channel`: one value, or one per channel.
+- `check_image_transform`: the evaluation transform's four arguments.
 """
 
 import math
@@ -217,3 +218,18 @@ def per_channel(value, name, num_channels=None, positive=False):
                 f"`{name}` must have one value or one per channel ({num_channels}). Received: {name}={value!r}"
             )
     return values
+
+
+# The evaluation transform's choices (`keras_vit.utils.image_resize.ImageTransform`): how an image of
+# any size becomes the model's input, as each source library's evaluation does it.
+RESIZE_MODES = ("center_crop", "stretch")
+INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
+ALPHA_RULES = ("white", "drop")
+
+
+def check_image_transform(resize_mode, crop_fraction, interpolation, alpha):
+    """Refuse an evaluation transform argument that is not one of its choices (`crop_fraction` in (0, 1])."""
+    check_choice(resize_mode, RESIZE_MODES, "resize_mode")
+    check_rate(crop_fraction, "crop_fraction", include_zero=False, include_one=True)
+    check_choice(interpolation, INTERPOLATIONS, "interpolation")
+    check_choice(alpha, ALPHA_RULES, "alpha")

@@ -27,6 +27,8 @@ import os
 
 import numpy as np
 
+from keras_vit.convert.class_names import names_of
+from keras_vit.convert.exported_transform import describe_transform
 from keras_vit.integrations import exported_graphs
 from keras_vit.integrations.onnx_ops import register_tf2onnx_rules
 from keras_vit.utils.files import Destination, claim, export_graph, write_json_file
@@ -125,13 +127,16 @@ def describe(model):
     if hasattr(model, "num_classes"):
         activation = getattr(model, "activation", None)
         outputs = "probabilities" if activation == "softmax" else ("logits" if activation is None else activation)
-        class_names = list(model.class_names) if model.class_names else [str(i) for i in range(model.num_classes)]
+        # The names `predict` prints: the model's own, ImageNet's for a 1000-class model without names.
+        class_names = names_of(model) or [str(i) for i in range(model.num_classes)]
     else:
         outputs, class_names = "tokens", None
     return {
         "model": type(model).__name__,
         "input": {"shape": [None, *backbone.image_size, backbone.num_channels], "dtype": "float32",
                   "pixel_range": [0.0, 1.0 / scale], "layout": "channels_last"},
+        # How a photo file becomes that input, as keras_vit's reader does it: what a serving client writes.
+        "preprocessing": describe_transform(backbone),
         "outputs": outputs,
         "output_shape": [None, *model.output_shape[1:]],
         "class_names": class_names,

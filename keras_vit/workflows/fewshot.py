@@ -218,8 +218,9 @@ def fewshot_evaluate_folder(model, data_dir, test_dir=None, test_split=0.2, shot
                             l2_reg=DEFAULT_L2_REG, seed=0, on_bad_file="error"):
     """`fewshot_evaluate` on a class-per-subfolder image folder.
 
-    Images are resized (shorter side) and centre-cropped to the model's size
-    and converted to its channels. Without `test_dir`, `test_split` of each
+    Images are brought to the model's size by its evaluation transform
+    (`keras_vit.utils.image_resize.image_transform`) and converted to its
+    channels. Without `test_dir`, `test_split` of each
     class (by `seed`) is the evaluation set and the rest the shot pool.
     `shots=None` takes the default shots (1, 5, 10, 25) that every class can
     supply and warns about the rest; explicit shots larger than the smallest
@@ -231,10 +232,11 @@ def fewshot_evaluate_folder(model, data_dir, test_dir=None, test_split=0.2, shot
     check_held_out(data_dir, test_dir, "test_dir")  # before any image is decoded
     backbone = getattr(model, "backbone", model)
     size, channels = tuple(backbone.image_size), backbone.num_channels
-    images, labels, class_names = read_image_folder(data_dir, size, channels, on_bad_file=on_bad_file)
+    images, labels, class_names = read_image_folder(data_dir, size, channels, on_bad_file=on_bad_file,
+                                                    transform=backbone)
     if test_dir is not None:
         test_images, test_labels, _ = read_image_folder(test_dir, size, channels, class_names=class_names,
-                                                        on_bad_file=on_bad_file)
+                                                        on_bad_file=on_bad_file, transform=backbone)
         pool_images, pool_labels = images, labels
     else:
         pool, test = stratified_split(labels, test_split, seed)

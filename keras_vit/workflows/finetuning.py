@@ -535,6 +535,7 @@ def finetune(
         data_dir, tuple(backbone.image_size), num_channels=backbone.num_channels, batch_size=batch_size,
         validation_split=validation_split if validation_dir is None else 0, validation_dir=validation_dir,
         seed=seed, augment=augment, class_names=class_names, on_bad_file=on_bad_file, workers=workers,
+        transform=backbone,  # the held-out images as the model is evaluated (its source's transform)
     )
     checked_class_indices(train.labels, model.num_classes)
     if variant is not None:

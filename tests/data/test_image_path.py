@@ -78,16 +78,13 @@ def test_the_eval_transform_matches_resize_then_centre_crop():
     rows, columns = np.mgrid[0:30, 0:50]
     smooth = 128 + 100 * np.sin(columns / 7.0)[..., None] * np.cos(rows / 5.0)[..., None] * np.ones(3)
     image = np.rint(smooth).astype("float32")  # a photo-like image: no pixel-to-pixel noise
-    reference = Image.fromarray(image.astype(np.uint8)).resize((27, 16), Image.BICUBIC)  # 50 x 30 -> 27 x 16
-    left = round((27 - 16) / 2)  # torchvision / timm: int(round(...))
+    # 50 x 30 -> 26 x 16: torchvision's Resize(16) truncates the longer side, int(16 * 50 / 30) = 26.
+    reference = Image.fromarray(image.astype(np.uint8)).resize((26, 16), Image.BICUBIC)
+    left = round((26 - 16) / 2)  # torchvision / timm: int(round(...))
     reference = np.asarray(reference.crop((left, 0, left + 16, 16)), dtype="float32")
     ours = center_crop(image, SIZE)
-    assert ours.shape == reference.shape
-    # Cropping before resampling (ours, exact) and after (timm's, rounded to whole pixels) differ by a
-    # fraction of a pixel in placement; squashing the whole image to the size (HF's ViT processor) is far off.
-    squashed = np.asarray(Image.fromarray(image.astype(np.uint8)).resize((16, 16), Image.BICUBIC), dtype="float32")
-    ours_error, squashed_error = np.abs(ours - reference).mean(), np.abs(squashed - reference).mean()
-    assert ours_error < 8.0 and ours_error < squashed_error / 3, (ours_error, squashed_error)
+    # Since issue 47 the crop is timm's own order (resize the whole image, crop whole pixels): the same pixels.
+    np.testing.assert_array_equal(ours, reference)
     np.testing.assert_array_equal(center_crop(image[:16, :16], SIZE), image[:16, :16])  # already the size
 
 

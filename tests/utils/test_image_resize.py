@@ -17,9 +17,9 @@ def test_resize_images_is_a_centre_crop_then_bicubic_as_pillow_computes_it():
     resized = image_resize.resize_images(batch, (3, 3))
     assert resized.shape == (2, 3, 3, 3) and resized.dtype == np.float32
     for image, result in zip(batch, resized):
-        # The reference by hand: the centred 6 x 6 square of a 6 x 10 image is columns 2 to 8, then
-        # Pillow's bicubic resize of that region.
-        expected = Image.fromarray(image.astype("uint8")).resize((3, 3), Image.BICUBIC, box=(2.0, 0.0, 8.0, 6.0))
+        # The reference by hand, timm's order: the shorter side 6 -> 3 makes the image 3 x int(3 * 10 / 6) = 5
+        # (bicubic), then columns round((5 - 3) / 2) = 1 to 4 are kept.
+        expected = Image.fromarray(image.astype("uint8")).resize((5, 3), Image.BICUBIC).crop((1, 0, 4, 3))
         np.testing.assert_array_equal(result, np.asarray(expected, dtype="float32"))
 
 

@@ -1,0 +1,71 @@
+"""docs/deploy.md's client lines (Pillow + numpy, then onnxruntime) feed an exported graph as keras_vit does.
+
+The lines are taken from the page itself, as tests/examples/test_readme.py
+reads the README, and run on photo files; the answer is compared with
+`ViTClassifier.predict` of the same files through keras_vit's reader.
+"""
+
+import importlib.util
+import os
+import re
+
+import keras
+import numpy as np
+import pytest
+
+from keras_vit.workflows.export import UNSUPPORTED, export_model, required_modules, run_exported
+from tests.deploy.photos import PHOTOS, assert_same_answer, keras_vit_answer, tiny_classifier, write_photo
+from tests.package_source import ROOT
+
+pytest.importorskip("skimage")
+BACKEND = keras.backend.backend()
+# The graph each backend exports (ONNX only from TensorFlow, a SavedModel from JAX through jax2tf).
+FORMAT = {"tensorflow": "onnx", "jax": "saved_model"}.get(BACKEND)
+TRANSFORMS = {"center_crop": {}, "crop_0.875_bilinear": {"crop_fraction": 0.875, "interpolation": "bilinear"}}
+NAMES = [f"class_{i}" for i in range(10)]
+
+
+def _doc_blocks():
+    """The two Python blocks of docs/deploy.md's "Feeding the graph from a client": preprocess, and the run."""
+    with open(os.path.join(os.path.dirname(ROOT), "docs", "deploy.md"), encoding="utf-8") as file:
+        page = file.read()
+    section = page.split("### Feeding the graph from a client", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "docs/deploy.md's client section should hold the preprocess block and the run block"
+    return blocks
+
+
+def _skip_unless_exportable():
+    if FORMAT is None or UNSUPPORTED.get((FORMAT, BACKEND)):
+        pytest.skip(f"the graph is exported from TensorFlow (ONNX) or JAX (SavedModel), not {BACKEND}")
+    missing = [name for name in required_modules(FORMAT, BACKEND) if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (the export extra)")
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("photos")
+    return {name: write_photo(name, directory) for name in PHOTOS}
+
+
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+def test_the_documented_client_answers_as_keras_vit(transform, photos, tmp_path):
+    _skip_unless_exportable()
+    preprocess_block, run_block = _doc_blocks()
+    model = tiny_classifier(class_names=NAMES, **TRANSFORMS[transform])
+    export_dir = str(tmp_path / "exported")
+    export_model(model, export_dir, format=FORMAT)
+    namespace = {}
+    exec(compile(preprocess_block, "docs/deploy.md", "exec"), namespace)  # noqa: S102 - the page's own lines
+    for name, path in photos.items():
+        expected = keras_vit_answer(model, path)
+        if FORMAT == "onnx":
+            # The page's onnxruntime lines, with this test's export and photo for its example paths.
+            lines = run_block.replace("vit_onnx", export_dir).replace("cat.jpg", str(path))
+            exec(compile(lines, "docs/deploy.md", "exec"), namespace)  # noqa: S102
+            got = namespace["probabilities"]
+            assert namespace["spec"]["class_names"] == NAMES
+        else:
+            got = run_exported(export_dir, FORMAT, namespace["preprocess"](str(path), export_dir))[0]
+        assert_same_answer(got, expected, f"{transform}, {name}, {FORMAT}")
