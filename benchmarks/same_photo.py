@@ -68,56 +68,32 @@ def row(client, clients, references, note=""):
             "failing": [p for p, s, d in zip(PHOTOS, same, differences) if not (s and d <= 1e-2)], "note": note}
 
 
-def client_pixels(path, height, width, transform):
-    """What a serving client feeds the exported graph: float32 (H, W, 3) in [0, 255].
+def documented_client():
+    """docs/deploy.md's own `preprocess(path, export_dir)` (its "Feeding the graph from a client" lines), or None."""
+    import re
 
-    `transform` is what the export says (export.json: resize_mode, crop_fraction,
-    interpolation, alpha); without one, a client told only the input shape resizes
-    the whole image to it, bilinear, and drops the alpha channel (Pillow's convert).
-    """
-    import math
+    with open(os.path.join(REPO, "docs", "deploy.md"), encoding="utf-8") as handle:
+        page = handle.read()
+    if "### Feeding the graph from a client" not in page:
+        return None
+    section = page.split("### Feeding the graph from a client", 1)[1].split("\n## ", 1)[0]
+    namespace = {}
+    for block in re.findall(r"```python\n(.*?)```", section, re.S):
+        if "def preprocess" in block:
+            exec(compile(block, "docs/deploy.md", "exec"), namespace)  # noqa: S102 - the page's own lines
+            return namespace["preprocess"]
+    return None
 
+
+def guessed_client(path, export_dir):
+    """A client told only the input shape (export.json before issue 47): the whole image resized to it, bilinear."""
     from PIL import Image
 
-    transform = transform or {"resize_mode": "stretch", "crop_fraction": 1.0, "interpolation": "bilinear",
-                              "alpha": "drop"}
-    resample = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
-                "nearest": Image.Resampling.NEAREST}[transform["interpolation"]]
-    fraction = float(transform.get("crop_fraction", 1.0))
+    with open(os.path.join(export_dir, "export.json")) as handle:
+        _, height, width, _ = json.load(handle)["input"]["shape"]
     with Image.open(path) as image:
-        if transform.get("alpha") == "white" and (image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info):
-            rgba = image.convert("RGBA")
-            image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
-        image = image.convert("RGB")
-        if transform["resize_mode"] == "stretch":
-            scaled = (math.floor(width / fraction), math.floor(height / fraction))
-            image = image.resize(scaled, resample)
-        else:  # the shorter side to floor(size / fraction), then the centre (torchvision's Resize + CenterCrop)
-            short = math.floor(min(height, width) / fraction)
-            w, h = image.size
-            scaled = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
-            image = image.resize(scaled, resample)
-        left = int(round((image.width - width) / 2.0))
-        top = int(round((image.height - height) / 2.0))
-        image = image.crop((left, top, left + width, top + height))
-        return np.asarray(image, dtype=np.float32)
-
-
-def find_transform(document):
-    """The transform an export.json gives (a dict holding `resize_mode`), wherever it is, or None."""
-    if isinstance(document, dict):
-        if "resize_mode" in document:
-            return document
-        for value in document.values():
-            found = find_transform(value)
-            if found:
-                return found
-    if isinstance(document, list):
-        for value in document:
-            found = find_transform(value)
-            if found:
-                return found
-    return None
+        pixels = np.asarray(image.convert("RGB").resize((width, height), Image.Resampling.BILINEAR), np.float32)
+    return pixels[None]
 
 
 def onnx_answers(checkpoint, directory, paths):
@@ -128,22 +104,18 @@ def onnx_answers(checkpoint, directory, paths):
                              "--out", directory], env=environment, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"keras-vit export failed: {result.stderr[-2000:]}")
-    with open(os.path.join(directory, "export.json")) as handle:
-        document = json.load(handle)
-    transform = find_transform(document)
+    preprocess = documented_client()
     session = onnxruntime.InferenceSession(os.path.join(directory, "model.onnx"), providers=["CPUExecutionProvider"])
     feed = session.get_inputs()[0]
-    height, width = int(feed.shape[1]), int(feed.shape[2])
     answers = []
     for path in paths:
-        pixels = client_pixels(path, height, width, transform)
-        (scores,) = session.run(None, {feed.name: pixels[None]})
+        (scores,) = session.run(None, {feed.name: (preprocess or guessed_client)(path, directory)})
         scores = np.asarray(scores, np.float64)[0]
         if abs(scores.sum() - 1.0) > 1e-3 or scores.min() < 0:  # logits
             scores = np.exp(scores - scores.max())
             scores /= scores.sum()
         answers.append(scores)
-    return answers, transform
+    return answers, preprocess is not None
 
 
 def main(argv=None):
@@ -160,7 +132,8 @@ def main(argv=None):
         photos = write_photos(os.path.join(work, "photos"))
         differing = [n for n, p in photos.items() if pixel_digest(p) != manifest["photos"][n]["pixel_digest"]]
         if differing:
-            sys.exit(f"photos {differing} decode to other pixels than timm's fixture: see scripts/make_photo_fixtures.py")
+            sys.exit(f"photos {differing} decode to other pixels than timm's fixture: see "
+                     "scripts/make_photo_fixtures.py")
         paths = list(photos.values())
         checkpoints, keras_vit_answers = {}, {}
         for name in manifest["fixtures"]:
@@ -208,12 +181,10 @@ def main(argv=None):
                             note="names: id2label" if names else "names: class k"))
         if not args.no_onnx:
             name = "timm_center_crop"
-            answers, transform = onnx_answers(checkpoints[name], os.path.join(work, "onnx"), paths)
-            how = ("export.json's transform: " + ", ".join(f"{k} {transform[k]}" for k in
-                                                          ("resize_mode", "crop_fraction", "interpolation", "alpha")
-                                                          if k in transform)) if transform else \
-                "no transform in export.json: plain 224x224 bilinear resize"
-            rows.append(row(f"exported ONNX fed per export.json / docs/deploy.md ({name}) vs `keras-vit predict`",
+            answers, documented = onnx_answers(checkpoints[name], os.path.join(work, "onnx"), paths)
+            how = ("docs/deploy.md's preprocess lines" if documented else
+                   "docs/deploy.md gives no client lines: a plain 224x224 bilinear resize")
+            rows.append(row(f"exported ONNX fed per docs/deploy.md ({name}) vs `keras-vit predict`",
                             answers, keras_vit_answers[name], note=how))
     print(f"keras_vit backend {keras.backend.backend()}; 9 photos; top-5 in the same order and the largest "
           "difference in a probability (all classes)")

@@ -16,6 +16,10 @@ the top-5 classes in the same order and every probability within 1e-2.
   read by `keras-vit predict`, against transformers' `pipeline` on the same
   directory.
 
+The fourth client of the issue, onnxruntime fed docs/deploy.md's own lines, is
+tests/deploy/test_client_lines.py; `benchmarks/same_photo.py` runs it on these
+nine photos too.
+
 Alpha: every client reads a transparent photo with Pillow's `convert("RGB")`,
 which drops the alpha channel, and a converted model follows its source, so
 `coffee_rgba` must give each client's answer too (a model keras_vit built from
@@ -26,15 +30,14 @@ import contextlib
 import io
 import json
 import os
-import re
 
 import numpy as np
 import pytest
 
 from keras_vit import cli
 from tests.convert.photos import (
-    HF_CLASS_NAMES, PHOTO_FILES, as_probabilities, compare, random_transformers_vit, keras_vit_predict, pixel_digest, scores_by_class, transformers_pipeline,
-    write_checkpoint, write_photos,
+    HF_CLASS_NAMES, PHOTO_FILES, as_probabilities, compare, keras_vit_predict, pixel_digest, random_transformers_vit,
+    scores_by_class, transformers_pipeline, write_checkpoint, write_photos,
 )
 
 torch = pytest.importorskip("torch")
