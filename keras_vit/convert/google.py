@@ -22,6 +22,14 @@ from keras_vit.convert.timm import from_timm_vit
 _PREFIXES = ("opt/target/", "params/img/", "params/", "")
 
 
+# The evaluation of the released .npz checkpoints, in timm's pretrained_cfg words: the paper's code
+# (google-research/vision_transformer, vit_jax/input_pipeline.py, `get_data`, mode "test") resizes the
+# whole image to the crop size, `tf.image.resize(im, [crop_size, crop_size])` (bilinear, no crop, no
+# antialiasing), after tfds decoded it to 3 channels (alpha dropped). A stretch at fraction 1, bilinear
+# (keras_vit's is Pillow's filter, antialiased when it shrinks: docs/converting.md).
+NPZ_EVALUATION = {"crop_pct": 1.0, "crop_mode": "squash", "interpolation": "bilinear"}
+
+
 def find_npz_prefix(arrays):
     for prefix in _PREFIXES:
         if f"{prefix}embedding/kernel" in arrays:
@@ -175,7 +183,8 @@ def from_npz_vit(arrays, *, image_size=None, interpolation="bicubic", antialias=
     state_dict, num_heads = npz_to_timm(arrays)
     # The original training code maps [0, 255] pixels to [-1, 1].
     channels = state_dict["patch_embed.proj.weight"].shape[1]
-    config = {"model_args": {"num_heads": num_heads}, "pretrained_cfg": {"mean": (0.5,) * channels, "std": (0.5,) * channels}}
+    config = {"model_args": {"num_heads": num_heads},
+              "pretrained_cfg": {"mean": (0.5,) * channels, "std": (0.5,) * channels, **NPZ_EVALUATION}}
     return from_timm_vit(
         state_dict,
         config=config,

@@ -8,6 +8,7 @@ names into timm's layout (fused qkv, rows in q, k, v order) and back, and
 
 import os
 import re
+import warnings
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from keras_vit.convert.exported_transform import huggingface_processor
 from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.utils.files import Destination, claim, write_json_file
-from keras_vit.utils.values import is_int
+from keras_vit.utils.values import INTERPOLATIONS, is_int
 
 # ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / STD).
 HF_DEFAULT_MEAN = (0.5, 0.5, 0.5)
@@ -118,7 +119,7 @@ def huggingface_to_timm(state_dict):
     return out, sorted(ignored)
 
 
-def _preprocessing(preprocessor_config):
+def _preprocessing(preprocessor_config, skip=()):
     config = preprocessor_config or {}
     scale = float(config.get("rescale_factor", 1.0 / 255.0)) if config.get("do_rescale", True) else 1.0
     if config.get("do_normalize", True):
@@ -126,7 +127,95 @@ def _preprocessing(preprocessor_config):
         std = tuple(float(v) for v in np.atleast_1d(config.get("image_std", HF_DEFAULT_STD)))
     else:
         mean, std = 0.0, 1.0
-    return {"pixel_scale": scale, "pixel_mean": mean, "pixel_std": std}
+    return {"pixel_scale": scale, "pixel_mean": mean, "pixel_std": std,
+            **huggingface_image_transform(preprocessor_config, skip)}
+
+
+# Pillow's resampling codes, as image processor configs store them (`PILImageResampling`).
+PIL_RESAMPLE_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+# Each processor class's default filter where its config leaves `resample` out (transformers 5.23's
+# class attributes: image_processing_{vit,siglip,clip,bit,convnext,deit}.py).
+_DEFAULT_RESAMPLE = {"ViTImageProcessor": 2, "ViTFeatureExtractor": 2, "SiglipImageProcessor": 3,
+                     "CLIPImageProcessor": 3, "BitImageProcessor": 3, "ConvNextImageProcessor": 3,
+                     "DeiTImageProcessor": 3}
+# Processors whose plain-int `size` (configs older than transformers 4.26) is the shortest edge, not a square.
+_SHORTEST_EDGE_PROCESSORS = ("CLIP", "Bit", "ConvNext")
+
+
+def _processor_pair(value, what):
+    if isinstance(value, dict) and "height" in value and "width" in value:
+        return int(value["height"]), int(value["width"])
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value), int(value)
+    raise ValueError(f"The image processor config's `{what}` is {value!r}; keras_vit reads "
+                     "{'height': h, 'width': w}, {'shortest_edge': s} or an int.")
+
+
+def huggingface_image_transform(preprocessor_config, skip=()):
+    """The evaluation transform of a Hugging Face image processor config, as `ViTBackbone` arguments.
+
+    transformers resizes and crops as follows (transformers 5.23,
+    `image_processing_*.py`): ViTImageProcessor / SiglipImageProcessor
+    resize the whole image to `size = {height, width}` (a stretch);
+    DeiT then crops `crop_size` from the centre (a stretch at
+    `crop_size / size`); CLIP / BiT (DINOv2) resize the shortest edge to
+    `size.shortest_edge` and crop `crop_size` from the centre (a centre crop
+    at `crop / shortest_edge`); ConvNext resizes the shortest edge to
+    `int(shortest_edge / crop_pct)` and crops `shortest_edge` below 384,
+    stretches at 384 and above. Every processor converts to RGB, dropping
+    alpha. Without a config, ViTImageProcessor's defaults (a bilinear
+    stretch). transformers' own centre crop starts at
+    `(size - crop) // 2` where torchvision rounds: at most one pixel apart.
+
+    Args:
+        preprocessor_config: dict or `None`. `preprocessor_config.json`.
+        skip: names of the fields the caller sets itself (overrides): they
+            are neither read nor refused.
+
+    Returns:
+        A dict of `resize_mode`, `crop_fraction`, `interpolation`, `alpha`.
+    """
+    config = dict(preprocessor_config or {})
+    kind = str(config.get("image_processor_type") or config.get("feature_extractor_type") or "ViTImageProcessor")
+    kind = kind.replace("Fast", "")
+    resample = config.get("resample", _DEFAULT_RESAMPLE.get(kind, 2))
+    interpolation = PIL_RESAMPLE_NAMES.get(resample, resample) if not isinstance(resample, str) else resample.lower()
+    transform = {"resize_mode": "center_crop", "crop_fraction": 1.0, "interpolation": interpolation, "alpha": "drop"}
+    size = config.get("size", {"height": 224, "width": 224})
+    shortest_edge = size.get("shortest_edge") if isinstance(size, dict) else (
+        size if kind.startswith(_SHORTEST_EDGE_PROCESSORS) else None)
+    do_crop = config.get("do_center_crop", kind.startswith(("CLIP", "Bit", "DeiT")))
+    if config.get("do_resize", True) is False:
+        pass  # the images must already have the model's size; a centre crop at 1 brings any other there
+    elif kind.startswith("ConvNext") or (shortest_edge is not None and "crop_pct" in config):
+        crop_pct = float(config.get("crop_pct") or 224 / 256)
+        if int(shortest_edge or 384) >= 384:
+            transform["resize_mode"] = "stretch"  # ConvNext warps to (shortest_edge, shortest_edge) at 384+
+        else:
+            transform["crop_fraction"] = crop_pct
+    elif shortest_edge is not None:
+        if do_crop:
+            crop_h, crop_w = _processor_pair(config.get("crop_size", 224), "crop_size")
+            transform["crop_fraction"] = min(1.0, min(crop_h, crop_w) / int(shortest_edge))
+    else:
+        height, width = _processor_pair(size, "size")
+        transform["resize_mode"] = "stretch"
+        if do_crop:
+            crop_h, crop_w = _processor_pair(config.get("crop_size", {"height": height, "width": width}),
+                                             "crop_size")
+            if crop_h * width != crop_w * height:
+                raise ValueError(
+                    f"The image processor crops {crop_h} x {crop_w} from images resized to {height} x {width}: "
+                    "a crop of another aspect than the resize, which keras_vit's transform cannot express. "
+                    "Pass resize_mode= and crop_fraction= to choose one.")
+            transform["crop_fraction"] = min(1.0, crop_h / height)
+    if "interpolation" not in skip and transform["interpolation"] not in INTERPOLATIONS:
+        warnings.warn(
+            f"The image processor resamples with {transform['interpolation']!r} (resample={resample!r}), which "
+            "keras_vit does not implement; its evaluation transform uses 'bicubic' instead (change it with "
+            "`model.set_image_transform(interpolation=...)`).", stacklevel=3)
+        transform["interpolation"] = "bicubic"
+    return {key: value for key, value in transform.items() if key not in skip}
 
 
 _REQUIRED_INTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
@@ -255,7 +344,7 @@ def from_huggingface(
         "use_class_token": True,
         "use_qkv_bias": bool(config.get("qkv_bias", True)),
         "final_norm": True,
-        **_preprocessing(preprocessor_config),
+        **_preprocessing(preprocessor_config, skip=overrides),
     }
     head_overrides = {k: overrides.pop(k) for k in list(overrides) if k in HEAD_ARGUMENTS}
     backbone_config.update(overrides)

@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from keras_vit.convert.google import find_npz_prefix, npz_to_timm
+from keras_vit.convert.google import NPZ_EVALUATION, find_npz_prefix, npz_to_timm
 from keras_vit.convert.model_map import build_model, config_pair
 from keras_vit.convert.timm import timm_spec
 from keras_vit.models.hybrid import bit_resnet_stem
@@ -280,7 +280,7 @@ def from_npz_hybrid(arrays, *, image_size=None, interpolation="bicubic", antiali
     channels = state_dict[BACKBONE_PREFIX + ("conv.weight" if BACKBONE_PREFIX + "conv.weight" in state_dict
                                              else "stem.conv.weight")].shape[1]
     config = {"model_args": {"num_heads": num_heads},
-              "pretrained_cfg": {"mean": (0.5,) * channels, "std": (0.5,) * channels}}
+              "pretrained_cfg": {"mean": (0.5,) * channels, "std": (0.5,) * channels, **NPZ_EVALUATION}}
     return from_timm_hybrid(
         state_dict, config=config, image_size=image_size, interpolation=interpolation, antialias=antialias,
         include_head=include_head, **overrides,

@@ -11,12 +11,14 @@ strictly (every weight set once with its shape checked, every tensor used).
 
 import os
 import re
+import warnings
 
 import numpy as np
 
 from keras_vit.convert.io import CONFIG_FILE, read_json_file
 from keras_vit.convert.model_map import build_model
 from keras_vit.utils.files import quote
+from keras_vit.utils.values import INTERPOLATIONS
 
 WEIGHTS_FILE = "model.weights.h5"
 TASK_FILE = "task.json"
@@ -68,6 +70,41 @@ def _backbone_arguments(config, where):
         "layer_norm_epsilon": float(config.get("layer_norm_epsilon", 1e-6)),
         "use_class_token": bool(config.get("use_class_token", True)),
     }
+
+
+def _converter_config(directory):
+    """The image converter's config from `image_converter.json` or `preprocessor.json`, or `None`."""
+    for name in CONVERTER_FILES:
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):
+            continue
+        config = read_json_file(path).get("config", {})
+        if "image_converter" in config:  # preprocessor.json nests the converter
+            config = config["image_converter"].get("config", {})
+        return config
+    return None
+
+
+def kerashub_image_transform(directory):
+    """The evaluation transform of a keras-hub preset's image converter, as `ViTBackbone` arguments.
+
+    keras-hub's `ImageConverter` resizes with `keras.layers.Resizing`:
+    `crop_to_aspect_ratio=True` (its default) crops the largest centred
+    region of the model's aspect ratio and resizes it (a centre crop at
+    fraction 1), `False` stretches the whole image; `interpolation` is the
+    converter's (keras-hub's default "bilinear"). keras-hub's images come
+    from `keras.utils.load_img`, Pillow's `convert("RGB")`: alpha dropped.
+    Keras resizes without antialiasing unless `antialias=True`, so a
+    downscaled photo differs from Pillow's filter (docs/converting.md).
+    """
+    config = _converter_config(directory) or {}
+    interpolation = str(config.get("interpolation", "bilinear"))
+    if interpolation not in INTERPOLATIONS:
+        warnings.warn(f"keras-hub's image converter resamples with interpolation={interpolation!r}, which keras_vit "
+                      "does not implement; the evaluation transform uses 'bicubic' instead.", stacklevel=3)
+        interpolation = "bicubic"
+    return {"resize_mode": "center_crop" if config.get("crop_to_aspect_ratio", True) else "stretch",
+            "crop_fraction": 1.0, "interpolation": interpolation, "alpha": "drop"}
 
 
 def _pixel_arguments(directory):
@@ -167,6 +204,7 @@ def load_kerashub_preset(directory, include_head=True, image_size=None, activati
     where = f"The keras-hub preset {quote(directory)}"
     backbone_config = _backbone_arguments(read_json_file(os.path.join(directory, CONFIG_FILE)), where)
     backbone_config.update(_pixel_arguments(directory))
+    backbone_config.update(kerashub_image_transform(directory))
     tensors = _read_h5(os.path.join(directory, WEIGHTS_FILE))
     state = kerashub_to_timm(tensors, where)
     head_config = None

@@ -3,6 +3,7 @@
 import json
 import math
 import re
+import warnings
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from keras_vit.convert.exported_transform import timm_pretrained_cfg
 from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.models.variants import MODEL_SIZES
+from keras_vit.utils.values import INTERPOLATIONS
 
 # timm's ViT default preprocessing (`_cfg`: IMAGENET_INCEPTION_MEAN/STD).
 TIMM_DEFAULT_MEAN = (0.5, 0.5, 0.5)
@@ -89,6 +91,54 @@ def _grid_from_tokens(num_tokens, num_prefix_tokens, grid=None, prefer_prefix_ro
     )
 
 
+# timm's `crop_mode` names and keras_vit's `resize_mode` for each ("border", which pads the longer side's
+# resize with the mean colour, has no keras_vit equivalent).
+TIMM_CROP_MODES = {"center": "center_crop", "squash": "stretch"}
+# `timm.data.resolve_data_config`'s defaults where `pretrained_cfg` leaves a field out (timm 1.0.31,
+# timm/data/config.py and constants.py: DEFAULT_CROP_PCT, DEFAULT_CROP_MODE, 'bicubic').
+TIMM_DEFAULT_CROP_PCT = 0.875
+
+
+def timm_image_transform(pretrained_cfg, skip=()):
+    """The evaluation transform timm gives a checkpoint, as `ViTBackbone` arguments.
+
+    `timm.data.resolve_data_config` then `create_transform` (timm 1.0.31,
+    `transforms_imagenet_eval`): `crop_pct` (default 0.875), `crop_mode`
+    ("center", default, or "squash"), `interpolation` (default
+    "bicubic"); the file is read as `Image.open(path).convert("RGB")`, which
+    drops alpha. A checkpoint without a `pretrained_cfg` (a bare state dict)
+    keeps keras_vit's resize (its source's is unknown) and drops alpha.
+
+    Args:
+        pretrained_cfg: dict or `None`. The `pretrained_cfg` of timm's hub
+            `config.json`.
+        skip: names of the fields the caller overrides: neither read nor
+            refused.
+
+    Returns:
+        A dict of `resize_mode`, `crop_fraction`, `interpolation`, `alpha`.
+    """
+    transform = {"alpha": "drop"}
+    if pretrained_cfg is not None:
+        crop_mode = pretrained_cfg.get("crop_mode") or "center"
+        if crop_mode not in TIMM_CROP_MODES and "resize_mode" not in skip:
+            raise ValueError(
+                f"timm's pretrained_cfg asks for crop_mode={crop_mode!r}, which keras_vit's evaluation transform "
+                f"does not implement (it reads {sorted(TIMM_CROP_MODES)}). Pass resize_mode='center_crop' or "
+                "'stretch' to choose the nearest one.")
+        interpolation = pretrained_cfg.get("interpolation") or "bicubic"
+        if interpolation not in INTERPOLATIONS:
+            warnings.warn(
+                f"timm's pretrained_cfg resamples with interpolation={interpolation!r}, which keras_vit does not "
+                "implement; the evaluation transform uses 'bicubic' instead (change it with "
+                "`model.set_image_transform(interpolation=...)`).", stacklevel=3)
+            interpolation = "bicubic"
+        transform.update(resize_mode=TIMM_CROP_MODES.get(crop_mode, "center_crop"),
+                         crop_fraction=float(pretrained_cfg.get("crop_pct") or TIMM_DEFAULT_CROP_PCT),
+                         interpolation=interpolation)
+    return {key: value for key, value in transform.items() if key not in skip}
+
+
 def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=None, **overrides):
     """Infer keras_vit arguments from a timm ViT state dict (and its hub config).
 
@@ -148,6 +198,8 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
         overrides.get("num_heads") or model_args.get("num_heads")
         or infer_num_heads(hidden_dim, config.get("architecture"))
     )
+    transform = timm_image_transform(None if config.get("pretrained_cfg") is None else pretrained_cfg,
+                                     skip=overrides)
     mean = pretrained_cfg.get("mean", TIMM_DEFAULT_MEAN)
     std = pretrained_cfg.get("std", TIMM_DEFAULT_STD)
     backbone_config = {
@@ -169,6 +221,7 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
         "pixel_scale": 1.0 / 255.0,
         "pixel_mean": tuple(float(v) for v in mean),
         "pixel_std": tuple(float(v) for v in std),
+        **transform,
     }
     head_overrides = {k: overrides.pop(k) for k in list(overrides) if k in HEAD_ARGUMENTS}
     backbone_config.update(overrides)

@@ -11,6 +11,7 @@ from keras_vit.layers.transformer_block import TransformerBlock
 from keras_vit.models.encoder import EncoderLayers, encode, encoder_layers, resolve_block_indices
 from keras_vit.models.hybrid import bit_resnet_stem
 from keras_vit.models.variants import parse_variant
+from keras_vit.utils.image_resize import TRANSFORM_ARGUMENTS
 from keras_vit.utils.values import check_count, check_image_transform, check_rate, to_pair
 from keras_vit.utils.resample import resample_position_embedding
 
@@ -274,6 +275,25 @@ class ViTBackbone(ViTModel, keras.Model):
         self.stem = stem
         self.grid_size = grid_size
         self.num_prefix_tokens = int(use_class_token) + num_register_tokens
+
+    def set_image_transform(self, **fields):
+        """Change the evaluation transform (`resize_mode`, `crop_fraction`, `interpolation`, `alpha`).
+
+        The weights and the graph do not depend on it: only how the image
+        path brings a file or a raw array to the model's size. The change is
+        saved with the model (config, `.keras`, preset).
+
+        Example:
+
+        >>> backbone.set_image_transform(crop_fraction=0.9, alpha="drop")
+        """
+        unknown = sorted(set(fields) - set(TRANSFORM_ARGUMENTS))
+        if unknown:
+            raise ValueError(f"`set_image_transform` takes {TRANSFORM_ARGUMENTS}. Received: {unknown}")
+        changed = {key: getattr(self, key) for key in TRANSFORM_ARGUMENTS} | fields
+        check_image_transform(**changed)
+        for key, value in changed.items():
+            setattr(self, key, value)
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         check_images_rank(inputs)

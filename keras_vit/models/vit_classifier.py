@@ -224,6 +224,10 @@ class ViTClassifier(ViTModel, keras.Model):
             **self.base_config(),
         }
 
+    def set_image_transform(self, **fields):
+        """Change the backbone's evaluation transform (see `ViTBackbone.set_image_transform`)."""
+        self.backbone.set_image_transform(**fields)
+
     # === New head, new resolution ===
 
     def _rebuild(self, backbone, copy_head, **changes):

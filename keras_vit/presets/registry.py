@@ -25,6 +25,12 @@ Fields of an entry:
   `revision` (a commit or ref on the hub; `None` means `main`), `sha256` of the
   weights file where it could be read from the hub's published LFS pointer
   (`None` otherwise: the download is then checked by size and file format).
+- `config` also carries the source's evaluation transform (`resize_mode`,
+  `crop_fraction`, `interpolation`, `alpha`): the original checkpoints'
+  `preprocessor_config.json` (ViTImageProcessor: the whole image resized to
+  the model's size, bilinear); the AugReg and hybrid checkpoints' timm
+  `pretrained_cfg` (timm 1.0.31: `crop_pct` 0.9 at 224 and 1.0 at 384,
+  `crop_mode` "center", bicubic). Every source's client drops alpha.
 - `license`, `params`: parameter count of the model `from_preset` builds
   (with the head when `num_classes` is set; the Hugging Face pooler of the
   ImageNet-21k checkpoints is not part of it).
@@ -40,12 +46,21 @@ _AUGREG = "How to train your ViT (Steiner et al., 2021)"
 _HF_CONFIG = {"layer_norm_epsilon": 1e-12}
 
 
+# The evaluation transform of each source, as `ViTBackbone` arguments (see above).
+_HF_TRANSFORM = {"resize_mode": "stretch", "crop_fraction": 1.0, "interpolation": "bilinear", "alpha": "drop"}
+
+
+def _timm_transform(image_size):
+    return {"resize_mode": "center_crop", "crop_fraction": 0.9 if image_size == 224 else 1.0,
+            "interpolation": "bicubic", "alpha": "drop"}
+
+
 def _entry(variant, image_size, num_classes, source, fmt, params, description, revision=None, sha256=None):
     return {
         "description": description,
         "variant": variant,
         "image_size": image_size,
-        "config": dict(_HF_CONFIG) if fmt == "huggingface" else {},
+        "config": {**_HF_CONFIG, **_HF_TRANSFORM} if fmt == "huggingface" else _timm_transform(image_size),
         "num_classes": num_classes,
         "class_names": "imagenet-1k" if num_classes == 1000 else None,
         "pixel_mean": 0.5,
