@@ -87,6 +87,44 @@ def check_agreement(client, reference, what):
         f"{np.round(reference[reference_top], 4).tolist()}); largest probability difference {difference:.4f}")
 
 
+def offsets_differ_in_crop(photo_path, processor):
+    """Whether transformers' centre crop of this photo starts one pixel away from timm's / keras_vit's.
+
+    transformers (`image_transforms.center_crop`) puts the crop at `(resized - crop) // 2`;
+    torchvision's `CenterCrop`, which timm uses and keras_vit follows, at
+    `int(round((resized - crop) / 2))`, rounding half to even. They differ when the excess is
+    2 modulo 4 plus one, e.g. 73.5 -> 73 or 74: here the 640x427 photos after a resize of the
+    shorter side to 248 (371 wide) or 256 (383 wide), and the 640x200 strip at 256 (819 wide).
+    A Hugging Face image processor has no way to say the other rounding.
+    """
+    from PIL import Image
+
+    size = processor.get("size", {})
+    if "shortest_edge" not in size:
+        return False  # a stretch to height x width: no crop
+    if "crop_pct" in processor:  # ConvNext-style: the shorter side to shortest_edge / crop_pct, then a square crop
+        shortest = int(size["shortest_edge"] / processor["crop_pct"])
+        crop_height = crop_width = size["shortest_edge"]
+    elif processor.get("do_center_crop"):
+        shortest = size["shortest_edge"]
+        crop_height, crop_width = processor["crop_size"]["height"], processor["crop_size"]["width"]
+    else:
+        return False
+    with Image.open(photo_path) as image:
+        width, height = image.size
+    if width <= height:
+        resized_width, resized_height = shortest, int(shortest * height / width)
+    else:
+        resized_width, resized_height = int(shortest * width / height), shortest
+    return any((resized - crop) // 2 != int(round((resized - crop) / 2.0))
+               for resized, crop in ((resized_height, crop_height), (resized_width, crop_width)))
+
+
+def processor_config(directory):
+    with open(os.path.join(directory, "preprocessor_config.json")) as handle:
+        return json.load(handle)
+
+
 # --- timm: its own pipeline against `keras-vit predict` ------------------------------------------------
 
 
@@ -152,8 +190,12 @@ def pipeline_on_exports(huggingface_exports, photos):
 @pytest.mark.parametrize("photo", PHOTOS)
 @pytest.mark.parametrize("fixture", TIMM_FIXTURES)
 def test_huggingface_export_in_transformers_pipeline(fixture, photo, huggingface_exports, pipeline_on_exports,
-                                                     timm_references, predicted_from_timm):
+                                                     timm_references, predicted_from_timm, photos, request):
     index = PHOTOS.index(photo)
+    if offsets_differ_in_crop(photos[photo], processor_config(huggingface_exports[fixture])):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "transformers' centre crop floors the offset, timm's rounds it half to even: one pixel apart on this "
+            "photo, which no Hugging Face processor config can change (docs/converting.md)")))
     with open(os.path.join(huggingface_exports[fixture], "config.json")) as handle:
         id2label = {int(i): label for i, label in json.load(handle)["id2label"].items()}
     ranked = pipeline_on_exports[fixture][index]
@@ -195,8 +237,13 @@ def transformers_and_keras_vit(transformers_checkpoints, photos):
 
 @pytest.mark.parametrize("photo", PHOTOS)
 @pytest.mark.parametrize("processor", tuple(HF_PROCESSORS))
-def test_save_pretrained_in_predict(processor, photo, transformers_and_keras_vit):
+def test_save_pretrained_in_predict(processor, photo, transformers_and_keras_vit, transformers_checkpoints, photos,
+                                    request):
     index = PHOTOS.index(photo)
+    if offsets_differ_in_crop(photos[photo], processor_config(transformers_checkpoints[processor])):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "keras_vit crops a Hugging Face checkpoint at timm's offset (rounded half to even); transformers "
+            "floors it: one pixel apart on this photo (keras_vit/utils/image_resize.py, to follow the source)")))
     pipeline_ranked, predict_ranked = (answers[index] for answers in transformers_and_keras_vit[processor])
     names = [name for _, name, _ in predict_ranked[:TOP]]
     assert names == [label for label, _ in pipeline_ranked[:TOP]], (
