@@ -1,10 +1,12 @@
-"""The one image path: every image keras_vit reads goes through `read_image` and `center_crop`.
+"""The one image path: every image keras_vit reads goes through `read_image` and the model's transform.
 
 `keras-vit predict` and `explain`, few-shot evaluation, the image folders of
 `finetune` (their held-out images, and their training crops, which share the
 same resampling) and `ViTClassifier.predict` on raw images of another size all
-read a file and bring it to the model's size the same way, so a model is served
-exactly the pixels it was evaluated on:
+read a file and bring it to the model's size the same way, by the model's
+own evaluation transform (`keras_vit.utils.image_resize.ImageTransform`, four
+`ViTBackbone` arguments; a converted model's is its source library's), so the
+held-out images and every door that serves a model get the same pixels:
 
 - decode with Pillow, after checking the header: a missing path or a
   directory, an empty (0-byte) file, a text file or any other file Pillow
@@ -12,15 +14,19 @@ exactly the pixels it was evaluated on:
   pixels (so a small file that decompresses to gigabytes is never decoded) are
   refused with a message naming the file and the fix; so is a truncated file;
 - turn the image upright by its EXIF orientation (phone photos);
-- composite transparency over white (as a browser shows it), then convert to
-  RGB or grayscale (the first frame of an animated GIF); 16-bit and float
-  pixels become [0, 255] levels by a stated rule, pixels without one (32-bit
+- composite transparency over white (as a browser shows it; `alpha="white"`,
+  a model built from scratch's) or drop the alpha channel (`alpha="drop"`, as
+  timm, transformers and keras-hub read files), then convert to RGB or
+  grayscale (the first frame of an animated GIF); 16-bit and float pixels
+  become [0, 255] levels by a stated rule, pixels without one (32-bit
   integers, out-of-range floats, LAB) are refused (`read_image`);
-- resize the shorter side to the model's size and crop the centre
-  (`center_crop`, its box from integers so it never leaves the image),
-  bicubic, as the ViT checkpoints' own evaluation does. The resizing of
-  arrays lives in `keras_vit.utils.image_resize` (below the models, which
-  resize raw arrays in `predict`) and is served from here too.
+- resize and crop by the model's transform: the shorter side to
+  `size / crop_fraction` and the centre cropped, or the whole image
+  stretched, with the model's filter, in timm's arithmetic (torchvision's
+  `Resize` then `CenterCrop`), which is the source's own evaluation for a
+  timm checkpoint. The resizing of arrays lives in
+  `keras_vit.utils.image_resize` (below the models, which resize raw arrays
+  in `predict`) and is served from here too.
 """
 
 import os

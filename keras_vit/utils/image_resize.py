@@ -1,10 +1,11 @@
-"""Resizing of image arrays: the centre crop of the evaluation transform, and its one resampling.
+"""Resizing of image arrays: a model's evaluation transform, and its one resampling.
 
 The pixels of the image path (`keras_vit.data.images`, which decodes files)
 and of `ViTClassifier.predict` on raw images of another size are resized
-here, with Pillow's bicubic filter on [0, 255] arrays: numpy and Pillow only,
-no backend and nothing above `utils`, so the models can use it as well as
-the data pipeline.
+here, by the model's `ImageTransform` (a centre crop at a crop fraction or a
+stretch, with Pillow's bicubic, bilinear or nearest filter on [0, 255]
+arrays, in timm's arithmetic): numpy and Pillow only, no backend and nothing
+above `utils`, so the models can use it as well as the data pipeline.
 """
 
 import dataclasses

@@ -60,3 +60,19 @@ def test_a_nonsquare_centre_crop_is_exported_with_a_warning(tmp_path):
         export_huggingface(model, tmp_path / "exported")
     processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "exported")
     assert (processor.size["height"], processor.size["width"]) == (32, 64)
+
+
+@pytest.mark.one_backend("writes and reads config files; the transform does not depend on the backend")
+@pytest.mark.parametrize("options", [dict(crop_fraction=0.875, interpolation="bilinear"),
+                                     dict(resize_mode="stretch", crop_fraction=0.8, interpolation="nearest")])
+def test_the_export_reads_back_with_the_same_transform(options, tmp_path):
+    from keras_vit.convert import load_checkpoint
+    from keras_vit.utils.image_resize import image_transform
+
+    model = tiny_classifier(**options)
+    export_huggingface(model, tmp_path / "exported")
+    original, reread = image_transform(model), image_transform(load_checkpoint(tmp_path / "exported"))
+    assert (reread.resize_mode, reread.interpolation) == (original.resize_mode, original.interpolation)
+    # transformers stores sizes, not the fraction: 32 of floor(32 / 0.875) = 36 reads back as 32 / 36, the same
+    # resize at the model's size. Alpha reads back as the clients do it ("drop"): the pipeline drops it.
+    assert reread.resized_size(300, 451, 32) == original.resized_size(300, 451, 32)

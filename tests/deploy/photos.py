@@ -55,12 +55,10 @@ def tiny_classifier(image_size=32, num_classes=10, class_names=None, seed=0, **b
 
 def keras_vit_answer(model, path):
     """`ViTClassifier.predict` of a photo file read by keras_vit's reader: probabilities, one row."""
-    from keras_vit.data.images import read_image
-    from keras_vit.utils.image_resize import center_crop
+    from keras_vit.data.images import load_image
 
-    backbone = model.backbone
-    # keras_vit's reader, then the model's own evaluation transform (what `keras-vit predict` does).
-    image = center_crop(read_image(str(path), backbone.num_channels), backbone.image_size, transform=model)
+    # keras_vit's reader with the model's own evaluation transform (what `keras-vit predict` does).
+    image = load_image(str(path), model)
     return np.asarray(model.predict(image[None], verbose=0), dtype="float64")[0]
 
 
