@@ -370,7 +370,7 @@ class _Contender:
         if self.smoke:
             # The CPU has no attention kernels of its own: the aten operator's name is what there is to read.
             return [n for n in names if "scaled_dot_product" in n or FUSED_ATTENTION.search(n)]
-        return [n for n in names if FUSED_ATTENTION.search(n) or "attention" in n.lower()]
+        return [n for n in names if FUSED_ATTENTION.search(n)]
 
 
 class _LogitsOnly:
@@ -447,7 +447,17 @@ def worker_bench(args):
             emit({"peak_mib": contender.peak_mib(), "attention_kernels": kernels, "custom_calls": custom_calls})
 
 
+def worker_tiny_backbone(args):
+    """A saved 1-block ViTBackbone for the CPU smoke's fine-tuning."""
+    sys.path.insert(0, ROOT)
+    from tests.finetune.helpers import tiny_backbone_file
+
+    tiny_backbone_file(args.result, image_size=args.image_size, dropout=0.0)
+    emit({"saved": args.result})
+
+
 WORKERS = {"probe": worker_probe, "bf16": worker_bf16, "finetune-predict": worker_finetune_predict,
+           "tiny-backbone": worker_tiny_backbone,
            "bench": worker_bench}
 
 
@@ -511,16 +521,19 @@ class Check:
 
     def run(self, phase, command, env, timeout, log_name=None):
         """Run a command to its end (or its timeout); returns (returncode or None on timeout, output, messages)."""
-        timeout = max(5.0, min(timeout, self.remaining()))
+        # The smoke runs on shared CPUs (`make test`'s workers beside it): its limits are three times the GPU's.
+        timeout = max(5.0, min(timeout * (3 if self.smoke else 1), self.remaining()))
         self.say(f"{phase}: {' '.join(command[-4:]) if len(command) > 6 else ' '.join(command)} (up to {timeout:.0f} s)")
+        # A session of its own, so a timeout ends its children too (pytest's workers, compilers).
+        process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, start_new_session=True)
         try:
-            completed = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       text=True, timeout=timeout, start_new_session=True)
-            code, output = completed.returncode, completed.stdout
-        except subprocess.TimeoutExpired as expired:
+            output, _ = process.communicate(timeout=timeout)
+            code = process.returncode
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            output, _ = process.communicate()
             code = None
-            output = expired.stdout.decode(errors="replace") if isinstance(expired.stdout, bytes) \
-                else (expired.stdout or "")
         with self.lock:
             self.log.write(f"----- {phase}: {' '.join(command)}\n{output}\n----- exit {code}\n")
             self.log.flush()
@@ -534,8 +547,19 @@ class Check:
         return self.run(f"{name}[{backend}]", command, self.env(backend, extra_env), timeout)
 
 
+def _kill_group(process):
+    """End a process started with `start_new_session=True` and everything it started."""
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _tail(output, lines=3):
-    return " | ".join(line for line in output.strip().splitlines()[-lines:])
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", output)  # Keras' progress bars colour their text
+    return " | ".join(line.strip() for line in plain.strip().splitlines()[-lines:])
 
 
 def phase_env(check):
@@ -580,7 +604,7 @@ def phase_tests(check, backend):
         options += ["-n", "0"] if _has_xdist() else []
     extra = {"JAX_DEFAULT_MATMUL_PRECISION": "highest", "NVIDIA_TF32_OVERRIDE": "0"}
     code, output, _ = check.run(f"tests[{backend}]", [sys.executable, "-m", "pytest", *options, *selection],
-                                check.env(backend, extra), timeout=240 if not smoke else 120)
+                                check.env(backend, extra), timeout=240 if not smoke else 60)
     summary = next((line for line in reversed(output.strip().splitlines())
                     if re.search(r"\b(passed|failed|error|skipped)\b", line)), "")
     counts = {key: int(n) for n, key in re.findall(r"(\d+) (passed|failed|errors?|skipped)", summary)}
@@ -633,11 +657,23 @@ def phase_finetune(check, backend, workdir):
     folder = write_folder(os.path.join(workdir, f"folder-{backend}"), classes=3, per_class=s["finetune_per_class"],
                           size=(s["finetune_image_size"],) * 2)
     output = os.path.join(workdir, f"finetuned-{backend}")
-    command = [sys.executable, "-m", "keras_vit", "finetune", folder, "--variant", "ViT-Ti/16",
+    problems, result = [], {}
+    if check.smoke:
+        # ViT-Ti's 12 blocks take minutes on shared CPUs: the smoke fine-tunes a 1-block backbone through the
+        # same command, preset and reload.
+        source = os.path.join(workdir, f"tiny-{backend}.keras")
+        code, out, _ = check.worker("tiny-backbone", backend, "--result", source,
+                                    "--image-size", str(s["finetune_image_size"]))
+        if code != 0:
+            check.record(f"finetune[{backend}]", result, [f"the tiny backbone was not written: {_tail(out)}"])
+            return
+        model = ["--preset", source]
+    else:
+        model = ["--variant", "ViT-Ti/16"]
+    command = [sys.executable, "-m", "keras_vit", "finetune", folder, *model,
                "--image-size", str(s["finetune_image_size"]), "--recipe", "adamw", "--effective-batch-size", "0",
                "--epochs", str(s["finetune_epochs"]), "--batch-size", str(s["finetune_batch"]), "--no-crop",
                "--no-flip", "--workers", "2", "--output", output]
-    problems, result = [], {}
     code, out, _ = check.run(f"finetune[{backend}]", command,
                              check.env(backend, {"JAX_DEFAULT_MATMUL_PRECISION": "highest",
                                                  "NVIDIA_TF32_OVERRIDE": "0"}), timeout=240)
@@ -676,7 +712,8 @@ def phase_finetune(check, backend, workdir):
         if not (gap <= RELOAD_TOLERANCE and same_classes):
             problems.append(f"the preset predicts differently on the CPU: max difference {gap:.2e} "
                             f"(limit {RELOAD_TOLERANCE}), same top-1: {same_classes}")
-    check.say(f"finetune[{backend}]: ViT-Ti, {result.get('steps')} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
+    result["model"] = "a 1-block backbone" if check.smoke else "ViT-Ti/16"
+    check.say(f"finetune[{backend}]: {result['model']}, {result.get('steps')} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
               f"reloaded on the CPU: max difference {result.get('reload_max_abs_difference', float('nan')):.1e}")
     check.record(f"finetune[{backend}]", result, problems)
 
@@ -706,7 +743,8 @@ class _Process:
             self.process.stdin.write(command + "\n")
             self.process.stdin.flush()
         try:
-            message = self.messages.get(timeout=max(1.0, min(timeout, self.check.remaining())))
+            scale = 3 if self.check.smoke else 1
+            message = self.messages.get(timeout=max(1.0, min(timeout * scale, self.check.remaining())))
         except queue.Empty:
             raise RuntimeError(f"no answer to {command or 'start'} within {timeout:.0f} s")
         if message is None:
@@ -719,18 +757,18 @@ class _Process:
             self.process.stdin.flush()
             self.process.wait(timeout=20)
         except (OSError, subprocess.TimeoutExpired):
-            self.process.kill()
+            _kill_group(self.process)
             self.process.wait()
 
 
-def phase_bench(check, workdir):
+def start_bench(check, workdir):
+    """Start the contenders: they build and compile while the correctness phases run (timed later, alone)."""
     s = sizes(check.smoke)
     # The CPU smoke leaves out torch.compile: on a CPU it builds C++ for minutes, and its path through this
     # script is the eager contender's with jit_compile=True.
-    wanted = [c for c in CONTENDERS if ("jax" not in c or "jax" in check.args.backends)
-              and ("torch" not in c or "torch" in check.args.backends)
+    wanted = [c for c in CONTENDERS if ("jax" if c == "keras-jax" else "torch") in check.args.backends
               and not (check.smoke and c == "keras-torch-compiled")]
-    processes, setup, problems = {}, {}, []
+    processes = {}
     for name in wanted:
         backend = "jax" if name == "keras-jax" else "torch"
         extra = {}
@@ -741,17 +779,24 @@ def phase_bench(check, workdir):
             options += ["--layers", str(s["bench_layers"])]
         if name == "keras-jax":
             dump = os.path.join(workdir, "xla-dump")
+            # Only the training and prediction steps: Keras' eager initialisers each compile a module too.
             extra["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} --xla_dump_hlo_as_text"
-                                  ).strip()
+                                  " --xla_dump_hlo_module_re=.*(train|predict).*").strip()
             options += ["--dump-dir", dump]
         command = [sys.executable, os.path.abspath(__file__), "--worker", "bench", *options]
         if check.smoke:
             command.append("--cpu-smoke")
         check.say(f"bench: starting {name}")
         processes[name] = _Process(check, name, command, check.env(backend, extra))
+    return processes, time.monotonic()
+
+
+def phase_bench(check, processes, started):
+    s = sizes(check.smoke)
+    setup, problems = {}, []
     try:
-        # Built and compiled side by side; each must be ready within the phase's setup time.
-        setup_deadline = time.monotonic() + min(300.0, check.remaining() - 60)
+        # Built and compiled side by side; each must be ready within the setup time, leaving the rounds theirs.
+        setup_deadline = min(started + 360.0 * (3 if check.smoke else 1), time.monotonic() + check.remaining() - 70)
         for name in list(processes):
             try:
                 setup[name] = processes[name].ask(None, setup_deadline - time.monotonic())
@@ -858,7 +903,7 @@ def markdown(results):
                          f"(limit {BF16_RELATIVE_TOLERANCE}) |")
         elif name.startswith("finetune"):
             losses = result.get("losses") or [float("nan")]
-            lines.append(f"| {name} | ViT-Ti, {result.get('steps')} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
+            lines.append(f"| {name} | {result.get('model')}, {result.get('steps')} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
                          f"CPU reload max difference {result.get('reload_max_abs_difference', float('nan')):.1e} |")
     if "bench" in phases:
         lines += ["", bench_table(phases["bench"])]
@@ -871,9 +916,13 @@ def drive(args):
     workdir = tempfile.mkdtemp(prefix="keras_vit-device-check-")
     check.say(f"device check ({check.results['mode']}), backends {', '.join(args.backends)}, "
               f"phases {', '.join(args.phases)}, budget {args.budget:.0f} s; writing to {check.out}")
+    bench = None
     try:
         if phase_env(check):
-            # Correctness side by side (the GPU has room for all), then the timings alone on the GPU.
+            # Correctness side by side (the GPU has room for all) while the benchmark's contenders build and
+            # compile; then the timings, with nothing else on the GPU.
+            if "bench" in args.phases:
+                bench = start_bench(check, workdir)
             threads = []
             for backend in args.backends:
                 if "tests" in args.phases:
@@ -886,14 +935,17 @@ def drive(args):
                 thread.start()
             for thread in threads:
                 thread.join()
-            if "bench" in args.phases:
-                phase_bench(check, workdir)
+            if bench:
+                phase_bench(check, *bench)  # stops its processes, whatever happens
+                bench = None
     except Exception as error:  # a bug of the driver itself: still one line, and what was measured is kept
         check.record("driver", {}, [f"{type(error).__name__}: {error}"])
         import traceback
 
         traceback.print_exc(file=check.log)
     finally:
+        for process in (bench[0].values() if bench else ()):
+            process.stop()
         shutil.rmtree(workdir, ignore_errors=True)
         check.results["total_seconds"] = round(time.monotonic() - check.started, 1)
         with check.lock:
@@ -912,7 +964,8 @@ def main(argv=None):
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: checks the script itself")
     parser.add_argument("--backends", default="torch,jax", help="comma-separated, of torch and jax")
     parser.add_argument("--phases", default="tests,bf16,finetune,bench", help="comma-separated phases to run")
-    parser.add_argument("--budget", type=float, default=460.0, help="seconds for everything (default: 460)")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds for everything (default: 460 on the GPU, 840 for the CPU smoke)")
     parser.add_argument("--output-dir", default=None, help="default: $OUT, else benchmarks/results")
     parser.add_argument("--check-wheels", metavar="DIR", help="only check a wheels folder for the GPU machine")
     parser.add_argument("--requirements", default=os.path.join(ROOT, "requirements", "device.txt"))
@@ -945,6 +998,8 @@ def main(argv=None):
     for phase in args.phases:
         if phase not in ("tests", "bf16", "finetune", "bench"):
             parser.error(f"--phases takes tests, bf16, finetune, bench. Received: {phase}")
+    if args.budget is None:
+        args.budget = 840.0 if args.cpu_smoke else 460.0
     if not args.cpu_smoke:
         problem = _no_gpu()
         if problem:
