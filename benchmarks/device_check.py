@@ -398,7 +398,7 @@ _SIZES = {"ViT-Ti/16": (192, 12, 3, 768), "ViT-S/16": (384, 12, 6, 1536), "ViT-B
 def _hlo_custom_calls(dump_dir):
     """Every custom call's target in the optimized HLO XLA dumped."""
     found = set()
-    for name in os.listdir(dump_dir):
+    for name in (os.listdir(dump_dir) if os.path.isdir(dump_dir) else ()):
         if "after_optimizations" in name and name.endswith(".txt"):
             with open(os.path.join(dump_dir, name), errors="replace") as f:
                 for target in re.findall(r'custom_call_target="([^"]+)"', f.read()):
@@ -793,7 +793,7 @@ def start_bench(check, workdir):
 
 def phase_bench(check, processes, started):
     s = sizes(check.smoke)
-    setup, problems = {}, []
+    setup, problems, rounds, finish = {}, [], [], {}
     try:
         # Built and compiled side by side; each must be ready within the setup time, leaving the rounds theirs.
         setup_deadline = min(started + 360.0 * (3 if check.smoke else 1), time.monotonic() + check.remaining() - 70)
@@ -804,7 +804,6 @@ def phase_bench(check, processes, started):
             except RuntimeError as error:
                 problems.append(f"{name} did not start: {error}")
                 processes.pop(name).stop()
-        rounds = []
         names = list(processes)
         for index in range(s["rounds"]):
             order = names[index % len(names):] + names[:index % len(names)] if names else []
@@ -820,7 +819,6 @@ def phase_bench(check, processes, started):
                         processes.pop(name).stop()
             rounds.append(entry)
             check.record("bench", _bench_summary(s, setup, rounds, {}), [])
-        finish = {}
         for name in list(processes):
             try:
                 finish[name] = processes[name].ask("finish", 120)
@@ -831,10 +829,10 @@ def phase_bench(check, processes, started):
             check.say(f"bench: {name} attention: {', '.join(kernels) or 'no fused attention kernel'}")
             if not kernels and not (check.smoke and name == "keras-jax"):
                 problems.append(f"{name} ran no fused attention kernel (profiler / optimized HLO)")
-        summary = _bench_summary(s, setup, rounds, finish)
     finally:
         for process in processes.values():
             process.stop()
+    summary = _bench_summary(s, setup, rounds, finish)
     check.record("bench", summary, problems)
     for line in bench_table(summary).splitlines():
         check.say(line)
