@@ -604,7 +604,7 @@ def phase_tests(check, backend):
         options += ["-n", "0"] if _has_xdist() else []
     extra = {"JAX_DEFAULT_MATMUL_PRECISION": "highest", "NVIDIA_TF32_OVERRIDE": "0"}
     code, output, _ = check.run(f"tests[{backend}]", [sys.executable, "-m", "pytest", *options, *selection],
-                                check.env(backend, extra), timeout=240 if not smoke else 60)
+                                check.env(backend, extra), timeout=300 if not smoke else 60)
     summary = next((line for line in reversed(output.strip().splitlines())
                     if re.search(r"\b(passed|failed|error|skipped)\b", line)), "")
     counts = {key: int(n) for n, key in re.findall(r"(\d+) (passed|failed|errors?|skipped)", summary)}
@@ -676,7 +676,7 @@ def phase_finetune(check, backend, workdir):
                "--no-flip", "--workers", "2", "--output", output]
     code, out, _ = check.run(f"finetune[{backend}]", command,
                              check.env(backend, {"JAX_DEFAULT_MATMUL_PRECISION": "highest",
-                                                 "NVIDIA_TF32_OVERRIDE": "0"}), timeout=240)
+                                                 "NVIDIA_TF32_OVERRIDE": "0"}), timeout=300)
     if code != 0:
         problems.append(f"keras-vit finetune {'timed out' if code is None else f'exited {code}'}: {_tail(out)}")
         check.record(f"finetune[{backend}]", result, problems)
