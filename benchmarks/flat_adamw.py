@@ -225,6 +225,7 @@ def main(argv=None):
                 command = base + ["--warmup", str(args.warmup), "--repeats", str(args.repeats),
                                   "--rounds", str(args.rounds), "--built-first", WAYS[index % 2]]
                 result = run.run_worker(command, env, log)
+                log.flush()  # each process's output on disk as it ends: a stopped run keeps what it measured
                 result.setdefault("backend", backend)
                 results.append(result)
                 status = (f"{result['error']}\n{result.get('stderr_tail', '')}" if "error" in result else
