@@ -10,7 +10,8 @@ BACKENDS := tensorflow jax torch
 # worker, so its module-scoped fixtures (a trained job, a built model) run once. PYTEST_ARGS="-n 0" runs serially.
 XDIST := -n 2 --dist loadscope
 
-.PHONY: help demo test test-tensorflow test-jax test-torch test-differential test-writers install reference-env bench clean
+.PHONY: help demo test test-tensorflow test-jax test-torch test-differential test-writers install reference-env bench clean \
+	device-wheels device-check
 
 # The first target: `make` alone lists the others.
 help:
@@ -23,6 +24,8 @@ help:
 	@echo "make install         create .venv: the package with all three backends and the test tools (~4 GB)"
 	@echo "make bench           speed and memory against timm and Hugging Face (builds .venv-ref, ~6 GB; ~15 min)"
 	@echo "make reference-env   only the side environment with timm (.venv-ref), for fixtures and benchmarks"
+	@echo "make device-wheels   the wheels the GPU machine lacks (keras, namex, optree) into .device-wheels/"
+	@echo "make device-check    the GPU check (benchmarks/device_check.sh): tests, fine-tuning, timings; needs a GPU"
 	@echo "make clean           remove .venv, .venv-ref and build outputs"
 
 $(STAMP): pyproject.toml requirements/constraints.txt
@@ -81,6 +84,24 @@ reference-env: $(REF_STAMP)
 # Prints a ratio table and writes benchmarks/results/*.json. BENCH_ARGS="--rounds 2" etc. passes options.
 bench: $(STAMP) $(REF_STAMP)
 	$(PY) benchmarks/run.py --python $(PY) --ref-python $(REF_VENV)/bin/python $(BENCH_ARGS)
+
+# The GPU machine has Python 3.12, torch, jax, timm and pytest but no keras: the wheels it lacks
+# (requirements/device.txt) travel with the working tree in .device-wheels/ (carried: it is ignored).
+# pip picks CPython 3.12 manylinux x86_64 wheels whatever this machine runs; the check refuses a second
+# version of a package, a requirement neither the machine nor the folder has, and a folder over 64 MiB.
+DEVICE_WHEELS := .device-wheels
+DEVICE_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64,--platform $(p))
+device-wheels: requirements/device.txt
+	rm -rf $(DEVICE_WHEELS).partial && mkdir -p $(DEVICE_WHEELS).partial
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+		--python-version 3.12 --implementation cp $(DEVICE_PLATFORMS) -d $(DEVICE_WHEELS).partial -r requirements/device.txt
+	$(PYTHON) benchmarks/device_check.py --check-wheels $(DEVICE_WHEELS).partial --requirements requirements/device.txt
+	rm -rf $(DEVICE_WHEELS) && mv $(DEVICE_WHEELS).partial $(DEVICE_WHEELS)
+
+# Run on the GPU machine as `bash benchmarks/device_check.sh` (docs/performance.md, "The GPU check"); here,
+# without a GPU, it refuses at once. DEVICE_CHECK_ARGS=--cpu-smoke runs its tiny CPU version.
+device-check:
+	PYTHON=$(if $(wildcard $(PY)),$(PY),$(PYTHON)) bash benchmarks/device_check.sh $(DEVICE_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(REF_VENV) build *.egg-info
