@@ -31,7 +31,10 @@ def test_linear_equals_matmul_plus_bias(shape, use_bias):
     bias = rng(3).normal(size=(6,)).astype("float32") if use_bias else None
     got = to_numpy(fused.linear(ops.convert_to_tensor(x), ops.convert_to_tensor(kernel),
                                 None if bias is None else ops.convert_to_tensor(bias)))
-    formula = ops.matmul(x, kernel) + (0.0 if bias is None else bias)
+    # keras.ops throughout: a numpy bias added to a GPU tensor would be read back to the host.
+    formula = ops.matmul(ops.convert_to_tensor(x), ops.convert_to_tensor(kernel))
+    if bias is not None:
+        formula = ops.add(formula, ops.convert_to_tensor(bias))
     np.testing.assert_allclose(got, to_numpy(formula), atol=1e-5)
     expected = x.astype("float64") @ kernel + (0.0 if bias is None else bias)
     np.testing.assert_allclose(got, expected, atol=1e-5)
