@@ -35,14 +35,15 @@ def add_arguments(parser):
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--steps", action=PositiveInt, default=None, metavar="UPDATES",
                         help="optimizer updates of the run, rounded up to whole epochs (default: 500, the paper's "
-                        "count for its smallest fine-tuning sets; on a small folder each update holds at most a "
-                        "tenth of the images, in whole batches)")
+                        "count for its smallest fine-tuning sets, but at most 100 passes over the training images; "
+                        "on a small folder each update holds at most a tenth of the images, in whole batches)")
     length.add_argument("--epochs", action=PositiveInt, default=None,
                         help="passes over the training images instead of --steps")
     parser.add_argument("--batch-size", action=PositiveInt, default=32, help="images per step (default: 32)")
     parser.add_argument("--effective-batch-size", action=NonNegativeInt, default=None,
-                        help="images per update, by gradient accumulation (default: the recipe's, 512 for paper; "
-                        "0 turns accumulation off)")
+                        help="images per update, by gradient accumulation in whole batches (default: the recipe's, "
+                        "512 for paper; 0 turns accumulation off); an epoch leaves out its last few batches rather "
+                        "than shrink the update")
     parser.add_argument("--learning-rate", action=PositiveFloat, default=None,
                         help="peak learning rate (default: the recipe's, 0.01 paper / 1e-3 adamw)")
     parser.add_argument("--weight-decay", action=NonNegativeFloat, default=None, help="default: the recipe's (0 / 0.05)")

@@ -28,6 +28,7 @@ class WeightsEachEpoch(keras.callbacks.Callback):
         self.scores[epoch + 1] = (logs["val_accuracy"], logs["val_loss"])
 
 
+@pytest.mark.slow
 def test_the_output_holds_the_best_held_out_evaluations_weights_and_the_run_stops_early(tmp_path, capsys):
     data = write_folder(str(tmp_path / "data"), classes=3, per_class=6)
     # Every held-out image has the next class's colour: the more the model learns, the worse it scores.
