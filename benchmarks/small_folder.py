@@ -239,6 +239,8 @@ def cli(arguments):
     result["held_out_line"] = found.group(1) if found else ""
     found = re.search(r"^Plan: .*$", out, re.M)
     result["plan"] = found.group(0) if found else ""
+    found = re.search(r"^Kept the weights of update .*$", out, re.M)  # which update the output comes from
+    result["kept"] = found.group(0) if found else ""
     shots = re.findall(r"^\s*(\d+)-shot: ([\d.]+)%", out, re.M)
     if shots:
         k, value = max(shots, key=lambda item: int(item[0]))
@@ -261,7 +263,7 @@ def run_cells(work, presets, args):
     def record(size, preset, what, command, run):
         row = {"images": size, "preset": preset, "what": what, "command": "keras-vit " + " ".join(command),
                "accuracy": run["accuracy"], "seconds": round(run["seconds"], 1), "plan": run.get("plan", ""),
-               "shots": run.get("shots"), "load": os.getloadavg()[0]}
+               "shots": run.get("shots"), "kept": run.get("kept", ""), "load": os.getloadavg()[0]}
         results["rows"].append(row)
         print(json.dumps(row), flush=True)
         if args.json:
@@ -290,6 +292,8 @@ def run_cells(work, presets, args):
             common = ["finetune", folder, "--preset", preset, "--validation-dir", test_dir]
             runs = {
                 "defaults": common,
+                # The same plan without early stopping: the last weights, not chosen by the held-out images.
+                "last": common + ["--no-early-stop"],
                 "paper": common + ["--epochs", "10", "--effective-batch-size", "512"],  # the defaults before
                 "adamw": common + ["--recipe", "adamw"],
                 "fewshot": ["fewshot", folder, "--preset", preset, "--test-dir", test_dir, "--shots",

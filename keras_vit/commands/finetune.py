@@ -12,7 +12,8 @@ from keras_vit.commands.arguments import (
     Seed,
     Variant,
 )
-from keras_vit.commands.training_options import add_distribute_argument, run_distributed
+from keras_vit.commands import UsageError
+from keras_vit.commands.training_options import add_distribute_argument, refuse_together, run_distributed
 
 
 def add_arguments(parser):
@@ -34,20 +35,21 @@ def add_arguments(parser):
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--steps", action=PositiveInt, default=None, metavar="UPDATES",
                         help="optimizer updates of the run, rounded up to whole epochs (default: 500, the paper's "
-                        "count for its smallest fine-tuning sets; on a small folder each update holds at most a "
-                        "tenth of the images, in whole batches)")
+                        "count for its smallest fine-tuning sets, but at most 100 passes over the training images; "
+                        "on a small folder each update holds at most a tenth of the images, in whole batches)")
     length.add_argument("--epochs", action=PositiveInt, default=None,
                         help="passes over the training images instead of --steps")
     parser.add_argument("--batch-size", action=PositiveInt, default=32, help="images per step (default: 32)")
     parser.add_argument("--effective-batch-size", action=NonNegativeInt, default=None,
-                        help="images per update, by gradient accumulation (default: the recipe's, 512 for paper; "
-                        "0 turns accumulation off)")
+                        help="images per update, by gradient accumulation in whole batches (default: the recipe's, "
+                        "512 for paper; 0 turns accumulation off); an epoch leaves out its last few batches rather "
+                        "than shrink the update")
     parser.add_argument("--learning-rate", action=PositiveFloat, default=None,
                         help="peak learning rate (default: the recipe's, 0.01 paper / 1e-3 adamw)")
     parser.add_argument("--weight-decay", action=NonNegativeFloat, default=None, help="default: the recipe's (0 / 0.05)")
     parser.add_argument("--validation-dir", action=Path, default=None,
                         help="held-out folder with the same class subfolders (default: a split of DATA_DIR)")
-    parser.add_argument("--validation-split", action=Fraction, default=0.2,
+    parser.add_argument("--validation-split", action=Fraction, default=None,
                         help="share of each class held out when there is no --validation-dir (default: 0.2)")
     parser.add_argument("--randaugment", action="store_true", help="add Keras' RandAugment (2 ops)")
     parser.add_argument("--mixup", action=NonNegativeFloat, default=0.0, help="MixUp alpha; 0 is off (default: 0)")
@@ -66,6 +68,13 @@ def add_arguments(parser):
     parser.add_argument("--run-dir", action=Path, default=None,
                         help="checkpoint every epoch here and resume when the same command runs again "
                         "(default: OUTPUT.run beside --output)")
+    parser.add_argument("--patience", action=PositiveInt, default=None, metavar="EVALUATIONS",
+                        help="with held-out images, stop when the held-out accuracy (ties: the loss) has not improved "
+                        "for this many evaluations (one per epoch) and keep the best evaluation's weights "
+                        "(default: 5)")
+    parser.add_argument("--no-early-stop", action="store_true",
+                        help="train every planned update and keep the last weights, not the best held-out "
+                        "evaluation's")
     parser.add_argument("--seed", action=Seed, default=0, help="seed of the split, head and augmentation (default: 0)")
     parser.add_argument("--workers", action=PositiveInt, default=2, help="image-decoding threads (default: 2)")
     parser.add_argument("--lora", dest="lora_rank", action=PositiveInt, default=None, metavar="RANK",
@@ -78,7 +87,22 @@ def add_arguments(parser):
 
 
 def run(args):
+    check_flags(args)
     return run_distributed(args, lambda distribution: _run(args))
+
+
+def check_flags(args):
+    """Refuse flags given together that contradict each other (exit 2), before any work."""
+    refuse_together(args, "crop_min_area", "no_crop", "--no-crop turns the random resized crop off, --crop-min-area "
+                    "sets its smallest share of the area")
+    refuse_together(args, "patience", "no_early_stop", "--no-early-stop keeps the last weights and never stops "
+                    "early, --patience sets when to stop early")
+    refuse_together(args, "validation_split", "validation_dir", "--validation-dir holds the held-out images, so "
+                    "none of DATA_DIR is split off")
+    if args.effective_batch_size and args.effective_batch_size < args.batch_size:
+        raise UsageError(f"--effective-batch-size {args.effective_batch_size} is smaller than --batch-size "
+                         f"{args.batch_size}: an update holds at least one batch. Lower --batch-size, or give "
+                         "--effective-batch-size 0 for one batch per update.")
 
 
 def _run(args):
@@ -96,13 +120,16 @@ def _run(args):
         args.data_dir, preset=args.preset, variant=args.variant, image_size=args.image_size, recipe=args.recipe,
         epochs=args.epochs, steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
         weight_decay=args.weight_decay, effective_batch_size=effective, validation_dir=args.validation_dir,
-        validation_split=args.validation_split, augment=augment, output=args.output,
+        validation_split=0.2 if args.validation_split is None else args.validation_split, augment=augment, output=args.output,
         run_dir=args.run_dir or "auto", seed=args.seed, on_bad_file="skip" if args.skip_bad_files else "error",
-        workers=args.workers, lora_rank=args.lora_rank, remat=args.remat,
+        workers=args.workers, lora_rank=args.lora_rank, remat=args.remat, early_stop=not args.no_early_stop,
+        **({} if args.patience is None else {"patience": args.patience}),
     )
     if result["accuracy"] is not None:
+        chosen = ("; these images chose the weights kept, so the figure is optimistic" if result["best"] is not None
+                  else "")
         print(f"Held-out accuracy: {result['accuracy']:.2%} (loss {result['loss']:.4f}; "
-              f"trained in {result['seconds']:.0f} s)")
+              f"trained in {result['seconds']:.0f} s{chosen})")
     if args.output:
         print(f"Saved the fine-tuned model with its {len(result['class_names'])} class names to {args.output}; "
               f"classify with `keras-vit predict IMAGE --preset {args.output}`. Epoch log: "

@@ -171,6 +171,28 @@ def check_training_flags(args):
     return run_claim, save_claim
 
 
+def refuse_together(args, first, second, why):
+    """Exit 2 when two flags that contradict each other are both given, rather than silently drop one.
+
+    A flag is given when its value is neither `None` nor `False` (give the
+    parser `default=None` for a flag whose default would count).
+
+    Args:
+        args: the parsed flags.
+        first, second: str. The flags' destinations (`"crop_min_area"`).
+        why: str. Why they cannot go together, for the message.
+
+    Raises:
+        UsageError: naming both flags and the values received.
+    """
+    values = [getattr(args, name, None) for name in (first, second)]
+    if all(value is not None and value is not False for value in values):
+        flags = [f"--{name.replace('_', '-')}" for name in (first, second)]
+        shown = [flag if value is True else f"{flag} {value}" for flag, value in zip(flags, values)]
+        raise UsageError(f"{flags[0]} and {flags[1]} contradict each other: {why}. Give one of them. "
+                         f"Received: {' '.join(shown)}")
+
+
 def run_settings(args, *names):
     """The arguments that define a run, recorded with its checkpoint so another command is not resumed."""
     return {name: getattr(args, name, None) for name in names}

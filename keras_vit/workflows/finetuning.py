@@ -21,13 +21,13 @@ from keras_vit.data.image_folder import ImageFolderDataset, check_held_out
 from keras_vit.distribution import engines
 from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.presets import load_model
-from keras_vit.presets.keras_vit_format import PRESET_KIND
+from keras_vit.presets.keras_vit_format import METADATA_FILE, PRESET_KIND, WEIGHTS_FILE
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import claim, quote
+from keras_vit.utils.files import claim, errors_named, mark_directory, quote
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.utils.values import check_count, check_optional_count, to_pair
 from keras_vit.workflows import notices, optimizers
-from keras_vit.workflows.resuming import claim_run, default_run_dir, finish_run
+from keras_vit.workflows.resuming import BEST_DIR, RUN_KIND, claim_run, default_run_dir, finish_run
 from keras_vit.workflows.training import check_training_arguments, run_training
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
@@ -112,12 +112,7 @@ def build_recipe_optimizer(recipe, total_steps, learning_rate=None, weight_decay
 MIN_UPDATES = 10
 
 def warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, num_images):
-    """Warn before training when a run would make fewer than `MIN_UPDATES` optimizer updates.
-
-    Also says when accumulation does not divide an epoch: the last
-    `steps_per_epoch % accumulation` batches of an epoch are added to the
-    next epoch's first update (Keras' accumulators carry across epochs).
-    """
+    """Warn before training when a run would make fewer than `MIN_UPDATES` optimizer updates."""
     if updates < MIN_UPDATES:
         notices.warn(
             f"This run makes only {updates} optimizer update(s): {num_images} training images are "
@@ -126,12 +121,97 @@ def warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, num_i
             "`--effective-batch-size 0` on the command line), use the AdamW recipe (`recipe=\"adamw\"`; "
             "`--recipe adamw`), or train for more epochs.",
         )
-    elif steps_per_epoch % accumulation:
-        notices.warn(
-            f"Gradient accumulation of {accumulation} batches does not divide the {steps_per_epoch} batches of an "
-            f"epoch: the last {steps_per_epoch % accumulation} batch(es) of each epoch are carried into the next "
-            "epoch's first update.",
-        )
+
+
+# Held-out evaluations without improvement after which a fine-tune stops.
+# The plan makes about MIN_EVALUATIONS (10) to 20 epochs of a default run on a
+# small folder, one evaluation each: 5 is a quarter to half of the run. On
+# the small-folder grid's 30-image folder the held-out accuracy peaked at the
+# 2nd of 20 evaluations and never came back (docs/finetuning.md), while a
+# held-out set of 6 to 24 images moves by one image from one evaluation to
+# the next without a trend: a patience of 1 or 2 would stop on that noise.
+# Keras' EarlyStopping has no default worth copying (0); Hugging Face's
+# examples use 3 to 5.
+DEFAULT_PATIENCE = 5
+
+
+class BestWeights(keras.callbacks.Callback):
+    """Keep the weights of the best held-out evaluation, and stop when it has not improved for `patience` of them.
+
+    As Keras' `EarlyStopping(restore_best_weights=True)`, timm's best
+    checkpoint and Hugging Face's `load_best_model_at_end`: after every
+    epoch, fit's held-out `val_accuracy` (ties broken by the lower
+    `val_loss`) is compared with the best so far. A better one is kept in
+    memory and, with a run directory, written as a preset to its `best/`
+    (through the writer: `save_best(epoch)`), before the epoch's backup, so
+    the backup never records a best its run directory lacks. The best's
+    epoch, update and numbers travel in the backup (`checkpoint_state`),
+    so a resumed run knows them; `restore_best(model)` puts the best
+    weights back once training ends.
+
+    Args:
+        updates_per_epoch: int. Optimizer updates of one epoch (to name
+            the update the weights come from).
+        patience: int or `None`. Evaluations without improvement before
+            stopping; `None` never stops early and keeps the last weights.
+        save_best: callable `(epoch, best)` or `None`. Writes the model's
+            weights as the run's best (a chief-only preset save); `None`
+            keeps them in memory only.
+        load_best: callable `(model, best)` or `None`. Loads the best
+            weights written by an earlier process of this run (a resume).
+    """
+
+    def __init__(self, updates_per_epoch, patience=DEFAULT_PATIENCE, save_best=None, load_best=None):
+        super().__init__()
+        self.updates_per_epoch, self.patience = updates_per_epoch, patience
+        self.save_best, self.load_best = save_best, load_best
+        self.best = None  # {"epoch", "update", "accuracy", "loss"} of the best evaluation
+        self.waited = 0
+        self.stopped_early = None  # the epochs done when the run stopped early
+        self.last_epoch = None  # epochs done
+        self._weights = None  # the best weights, when this process saw them
+
+    def checkpoint_state(self):
+        return {"best": self.best, "waited": self.waited, "stopped_early": self.stopped_early}
+
+    def restore_checkpoint_state(self, state, epochs):
+        state = state or {}
+        self.best, self.waited = state.get("best"), int(state.get("waited", 0))
+        self.stopped_early, self.last_epoch = state.get("stopped_early"), epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        self.last_epoch = epoch + 1
+        accuracy, loss = logs.get("val_accuracy"), logs.get("val_loss", float("inf"))
+        if self.patience is None or accuracy is None or not np.isfinite(accuracy):
+            return
+        accuracy, loss = float(accuracy), float(loss) if np.isfinite(loss) else float("inf")
+        best = self.best
+        if best is None or accuracy > best["accuracy"] or (accuracy == best["accuracy"] and loss < best["loss"]):
+            self.best = {"epoch": epoch + 1, "update": (epoch + 1) * self.updates_per_epoch, "accuracy": accuracy,
+                         "loss": loss}
+            self.waited = 0
+            self._weights = [np.array(weight) for weight in self.model.get_weights()]
+            if self.save_best is not None:
+                self.save_best(epoch + 1, self.best)
+            return
+        self.waited += 1
+        if self.waited >= self.patience:
+            self.stopped_early = epoch + 1
+            self.model.stop_training = True
+
+    def restore_best(self, model):
+        """Put the best evaluation's weights into `model` (no-op when the last epoch was the best); True if done."""
+        if self.best is None or self.best["epoch"] == self.last_epoch:
+            return False
+        if self._weights is not None:
+            model.set_weights(self._weights)
+        elif self.load_best is not None:
+            self.load_best(model, self.best)
+        else:
+            raise ValueError("The best weights of this run were neither kept nor written; run again with "
+                             "`--no-early-stop` or a fresh run directory.")
+        return True
 
 
 # How long a fine-tune runs when neither `epochs` nor `steps` is given: a
@@ -141,13 +221,22 @@ def warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, num_i
 # updates (10 epochs of a 96-image folder at 512 images per update: 10).
 # Measured on small folders in docs/finetuning.md (benchmarks/small_folder.py).
 DEFAULT_UPDATES = 500
+# ... and at most this many passes over the training images: the paper's 500
+# updates of 512 are 70 passes over Pets (3,680 images) and 125 over Flowers
+# (2,040); on an 18-image folder 500 updates of 32 would be 900 passes (13 min
+# at 224 px on 2 cores) of images learned by heart long before.
+MAX_PASSES = 100
 # On a folder too small for the recipe's update size, an update holds at
 # most this share of the training images (in whole batches, at least one).
 MIN_UPDATES_PER_PASS = 10
 # Batches an epoch holds at least when the run is counted in updates: on a
 # small folder an epoch is several passes over it, so the run's per-epoch
-# work (held-out evaluation, checkpoint, log row) stays a small share.
+# work (held-out evaluation, checkpoint, log row) stays a small share ...
 MIN_BATCHES_PER_EPOCH = 25
+# ... unless the run is short: then an epoch is shorter, so that a run
+# counted in updates has about this many epochs, each ending with a held-out
+# evaluation the best weights are chosen from (`BestWeights`).
+MIN_EVALUATIONS = 10
 
 
 def check_run_length(epochs, steps):
@@ -165,17 +254,24 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
     The rule (docs/finetuning.md has the measurements behind it):
 
     - Images per update: the recipe's (512 for `"paper"`, one batch for
-      `"adamw"`), or `effective_batch_size` when given. When it is the
-      recipe's, at most a tenth of the training images (in whole batches,
-      at least one batch): a 96-image folder makes updates of one batch of
-      32, not one update per epoch.
+      `"adamw"`), or `effective_batch_size` when given, in whole batches
+      (rounded up). When it is the recipe's, at most a tenth of the
+      training images (in whole batches, at least one batch): a 96-image
+      folder makes updates of one batch of 32, not one update per epoch.
+      An update never spans two epochs: an epoch shorter than the update
+      makes the update the epoch (`smaller_update` says so).
+    - Every update is whole: an epoch whose batches are not a multiple of
+      the update's leaves out its last few batches (fewer than one
+      update's; each epoch reads its own shuffled order, so other images
+      each time) rather than shrinking the update to a divisor (an epoch
+      of 1,009 batches, a prime, made updates of one batch).
     - Length: `epochs` passes when given. Otherwise `steps` updates, or
-      `DEFAULT_UPDATES` without either, and an epoch is as many passes over
-      a small folder as make `MIN_BATCHES_PER_EPOCH` batches, so the run
-      checkpoints, logs and evaluates every few dozen batches, not every
-      batch; the epochs are rounded up to whole ones (the run checkpoints
-      and resumes by epoch).
-    - Accumulated batches divide the epoch's, so no update spans two epochs.
+      without either `DEFAULT_UPDATES` but no more than `MAX_PASSES`
+      passes over the folder; an epoch is as many passes over a small
+      folder as make `MIN_BATCHES_PER_EPOCH` batches (fewer in a short run,
+      so it has about `MIN_EVALUATIONS` epochs), and the epochs are
+      rounded up to whole ones (the run evaluates, checkpoints and resumes
+      by epoch).
 
     The plan depends on the global batch and the whole folder only, so a
     job of N processes makes the updates of one process.
@@ -190,26 +286,46 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
 
     Returns:
         A dict: `epochs`, `passes` (over the training images per epoch),
-        `steps_per_epoch` (batches per epoch), `accumulation` (batches per
-        update), `images_per_update`, `updates` (of the whole run).
+        `steps_per_epoch` (batches per epoch, after `dropped_batches` are
+        left out of each), `accumulation` (batches per update),
+        `images_per_update`, `updates` (of the whole run), `capped` (the
+        default length was cut to `MAX_PASSES` passes), `asked_images_per_update`
+        (the recipe's or `effective_batch_size`; `None` without
+        accumulation) and `smaller_update` (why the update holds fewer
+        images than that, or `None`).
     """
     check_run_length(epochs, steps)
     batches_per_pass = max(1, math.ceil(num_images / batch_size))
-    passes = 1
-    if epochs is None:  # a run shorter than an epoch of MIN_BATCHES_PER_EPOCH is one epoch of about its length
+    asked = RECIPES[recipe]["effective_batch_size"] if effective_batch_size == "recipe" else effective_batch_size
+    accumulation = recipe_accumulation(recipe, batch_size, effective_batch_size)
+    smaller = None
+    if effective_batch_size == "recipe" and accumulation > max(1, batches_per_pass // MIN_UPDATES_PER_PASS):
+        accumulation = max(1, batches_per_pass // MIN_UPDATES_PER_PASS)
+        smaller = (f"the recipe's {asked}-image update cut to a tenth of the {num_images} training images, in whole "
+                   "batches")
+    passes, capped = 1, False
+    if epochs is None:
         wanted = DEFAULT_UPDATES if steps is None else steps
-        passes = max(1, math.ceil(min(MIN_BATCHES_PER_EPOCH, wanted) * batch_size / num_images))
-    steps_per_epoch = max(1, math.ceil(passes * num_images / batch_size))
-    accumulation = recipe_accumulation(recipe, batch_size, effective_batch_size, steps_per_epoch)
-    if effective_batch_size == "recipe":
-        accumulation = min(accumulation, max(1, batches_per_pass // MIN_UPDATES_PER_PASS))
-    # The largest count up to that which divides the epoch's batches.
-    accumulation = max(k for k in range(1, accumulation + 1) if steps_per_epoch % k == 0)
+        if steps is None:  # the default length: no more than MAX_PASSES passes over the folder
+            affordable = max(1, MAX_PASSES * num_images // (accumulation * batch_size))
+            wanted, capped = min(wanted, affordable), affordable < wanted
+        epoch_batches = min(MIN_BATCHES_PER_EPOCH, max(1, math.ceil(wanted * accumulation / MIN_EVALUATIONS)))
+        epoch_batches = max(epoch_batches, accumulation)  # an epoch of passes holds a whole update at least
+        passes = max(1, math.ceil(epoch_batches * batch_size / num_images))
+    batches = max(1, math.ceil(passes * num_images / batch_size))
+    if accumulation > batches:  # an update never spans epochs (Keras' accumulators would carry across them)
+        smaller = (f"an update of {asked} images would span {math.ceil(asked / batch_size)} batches and an epoch "
+                   f"has {batches}: an update does not span epochs")
+        accumulation = batches
+    steps_per_epoch = batches - batches % accumulation  # whole updates: the last few batches are left out
     if epochs is None:
         epochs = max(1, math.ceil(wanted * accumulation / steps_per_epoch))
     updates = epochs * steps_per_epoch // accumulation
     return {"epochs": epochs, "passes": passes, "steps_per_epoch": steps_per_epoch, "accumulation": accumulation,
-            "images_per_update": min(num_images * passes, accumulation * batch_size), "updates": updates}
+            "dropped_batches": batches - steps_per_epoch,
+            "images_per_update": min(num_images * passes, accumulation * batch_size), "updates": updates,
+            "capped": capped, "asked_images_per_update": asked if accumulation > 1 or smaller else None,
+            "smaller_update": smaller}
 
 
 class RepeatedFolder(ImageFolderDataset):
@@ -218,12 +334,19 @@ class RepeatedFolder(ImageFolderDataset):
     Pass `r` of epoch `e` follows the permutation of `(seed, e * passes + r)`,
     the order a one-pass dataset reads in its epoch `e * passes + r`; batches
     run on across passes. With `passes=1` it reads what its base reads.
+    `batches` (when set) ends the epoch after that many batches: the plan
+    leaves out the last few so that every optimizer update is whole.
     """
 
     passes = 1
+    batches = None
 
     def _num_rows(self):
         return len(self.paths) * self.passes
+
+    def __len__(self):
+        full = super().__len__()
+        return full if self.batches is None else min(full, self.batches)
 
     def order(self, epoch=None):
         epoch = self.epoch if epoch is None else epoch
@@ -239,13 +362,57 @@ def describe_plan(plan, num_images, batch_size, epochs=None, steps=None):
         why = f"{epochs} epochs as asked"
     elif steps is not None:
         why = f"{steps} updates as asked, rounded up to whole epochs"
+    elif plan["capped"]:
+        why = (f"the default {DEFAULT_UPDATES} updates would be {DEFAULT_UPDATES * plan['images_per_update'] // num_images}"
+               f" passes over the folder: at most {MAX_PASSES} passes, rounded up to whole epochs; `steps` or `epochs`"
+               " sets another")
     else:
         why = f"the default {DEFAULT_UPDATES} updates, rounded up to whole epochs; `steps` or `epochs` sets another"
     per_update = (f"{plan['accumulation']} batches of {batch_size} accumulated" if plan["accumulation"] > 1
                   else f"one batch of up to {batch_size}")
+    if plan["smaller_update"]:
+        per_update += f"; {plan['smaller_update']}"
     epoch = f"{plan['passes']} passes over" if plan["passes"] > 1 else "one pass over"
+    dropped = ""
+    if plan["dropped_batches"]:
+        dropped = (f" Each epoch leaves out its last {plan['dropped_batches']} batch(es) of its shuffled order, so "
+                   "that every update is whole.")
     return (f"Plan: {plan['updates']} optimizer updates of {plan['images_per_update']} images each ({per_update}) "
-            f"in {plan['epochs']} epochs, each {epoch} the {num_images} training images ({why}).")
+            f"in {plan['epochs']} epochs, each {epoch} the {num_images} training images ({why}).{dropped}")
+
+
+def describe_stopping(patience, held_out):
+    """The line `finetune` prints before training on how the run ends and which weights it keeps."""
+    if not held_out:
+        return "Stop: after the planned updates (no held-out images to choose weights by); the last weights are kept."
+    if patience is None:
+        return ("Stop: after the planned updates, keeping the last weights (early stopping off; without "
+                "`--no-early-stop` the best held-out evaluation's weights are kept).")
+    return (f"Stop: after the planned updates, or earlier when the held-out accuracy (ties: the loss) has not improved "
+            f"for {patience} evaluations (one after each epoch); the output is the best evaluation's weights. The held-"
+            "out images choose them, so the held-out accuracy printed at the end is optimistic. `--no-early-stop` "
+            "trains every update and keeps the last weights.")
+
+
+def warn_about_update_size(plan, recipe, learning_rate):
+    """Warn when the updates hold 4x or more fewer images than asked, at a learning rate chosen for the larger ones.
+
+    The small-folder cut of the recipe's update (a tenth of the folder) is
+    said in the plan line and measured (docs/finetuning.md), so it is not
+    warned about; an update cut because an epoch is shorter than it is.
+    """
+    asked = plan["asked_images_per_update"]
+    if (not asked or plan["images_per_update"] * 4 > asked or not plan["smaller_update"]
+            or plan["smaller_update"].startswith("the recipe's")):
+        return
+    rate = RECIPES[recipe]["learning_rate"] if learning_rate is None else learning_rate
+    notices.warn(
+        f"Updates of {plan['images_per_update']} images instead of {asked}: {plan['smaller_update']}. The learning "
+        f"rate {rate:g} was {'chosen' if learning_rate is not None else 'tuned by the recipe'} for updates of {asked} "
+        f"images, {asked / plan['images_per_update']:.1f}x more: lower it (`--learning-rate`), count the run in "
+        "updates instead of epochs (`--steps`), or ask for the update size an epoch holds "
+        "(`--effective-batch-size`).",
+    )
 
 
 class TimeEstimate(keras.callbacks.Callback):
@@ -258,9 +425,10 @@ class TimeEstimate(keras.callbacks.Callback):
     in all, so each epoch's evaluation and checkpoint are counted.
     """
 
-    def __init__(self, epochs, steps_per_epoch, window=10, printer=print):
+    def __init__(self, epochs, steps_per_epoch, window=10, printer=print, may_stop_early=False):
         super().__init__()
         self.epochs, self.steps_per_epoch, self.window, self.printer = epochs, steps_per_epoch, window, printer
+        self.may_stop_early = may_stop_early
         self.first_epoch = self.start = None
         self.batches = 0
         self.done = False
@@ -295,7 +463,9 @@ class TimeEstimate(keras.callbacks.Callback):
     def _report(self, seconds):
         self.done = True
         # A new line first: Keras' progress bar is mid-line when a callback runs.
-        self.printer(f"\nTime: about {format_duration(seconds)} more on this machine (timed on the first updates).")
+        early = ", less if it stops early" if self.may_stop_early else ""
+        self.printer(f"\nTime: about {format_duration(seconds)} more on this machine (timed on the first updates"
+                     f"{early}).")
 
 
 def format_duration(seconds):
@@ -420,6 +590,8 @@ def finetune(
     verbose=1,
     lora_rank=None,
     remat=False,
+    early_stop=True,
+    patience=DEFAULT_PATIENCE,
 ):
     """Fine-tune a ViT on a class-per-subfolder image folder.
 
@@ -473,13 +645,26 @@ def finetune(
         remat: bool. Recompute each block's activations in the backward
             pass (`ViTModel.set_remat`): less memory, one more forward
             pass per step. Defaults to `False`.
+        early_stop: bool. With held-out images: keep the weights of the
+            best held-out evaluation (one after each epoch; accuracy, ties
+            broken by the loss), in the run directory's `best/` so a
+            resumed run keeps them, stop when `patience` evaluations in a
+            row did not improve on it, and return and save those weights.
+            The held-out accuracy returned is then that of the images that
+            chose the weights: optimistic. `False` trains every planned
+            update and keeps the last weights. Defaults to `True`.
+        patience: int. Evaluations without improvement before stopping.
+            Defaults to `DEFAULT_PATIENCE` (5).
 
     Returns:
         A dict: `accuracy` and `loss` on the held-out images (`None`
         without any), `model`, `class_names`, `history`, `seconds`,
         `initial_epoch` (epochs restored from a checkpoint), `output`,
-        `run_dir`, `accumulation_steps`, `updates`, `images_per_update`,
-        `epochs`.
+        `run_dir`, `accumulation_steps`, `updates` (planned),
+        `images_per_update`, `epochs` (planned), `best` (`{"epoch",
+        "update", "accuracy", "loss"}` of the evaluation whose weights were
+        kept; `None` when the last weights were kept) and `stopped_early`
+        (the epochs done when the run stopped early, or `None`).
 
     Example:
 
@@ -489,6 +674,7 @@ def finetune(
     check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
     check_run_length(epochs, steps)
     check_optional_count(lora_rank, "lora_rank")
+    check_count(patience, "patience")
     if lora_rank is not None and variant is not None:
         raise ArgumentError(
             "{name} trains low-rank updates of frozen pre-trained weights; with `variant` (from scratch) the "
@@ -545,13 +731,19 @@ def finetune(
     plan = plan_updates(len(train.paths), recipe, batch_size, effective_batch_size, epochs, steps)
     steps_per_epoch, accumulation, updates = plan["steps_per_epoch"], plan["accumulation"], plan["updates"]
     asked_epochs, epochs = epochs, plan["epochs"]
-    if plan["passes"] > 1:  # an epoch of several passes over a small folder (a copy: `train` is not changed)
+    if plan["passes"] > 1 or plan["dropped_batches"]:
+        # An epoch of several passes over a small folder, or of whole updates only (a copy: `train` is not changed).
         train = copy.copy(train)
-        train.__class__, train.passes = RepeatedFolder, plan["passes"]
+        train.__class__, train.passes, train.batches = RepeatedFolder, plan["passes"], steps_per_epoch
     warn_about_few_updates(updates, epochs, steps_per_epoch, accumulation, len(train.paths))
+    warn_about_update_size(plan, recipe, learning_rate)
     optimizer, _ = build_recipe_optimizer(
         recipe, max(1, updates), learning_rate, weight_decay, batch_size,
         accumulation * batch_size if accumulation > 1 else None, steps_per_epoch)
+    keeper = None
+    if early_stop and validation is not None:
+        keeper = BestWeights(steps_per_epoch // accumulation, patience, *_best_in_run_dir(run, model, class_names))
+        callbacks = [*callbacks, keeper]
     loss = "auto"
     if augment.mixes_labels:
         loss = keras.losses.CategoricalCrossentropy(from_logits=model.activation is None)
@@ -562,20 +754,29 @@ def finetune(
               f"{backbone.image_size[0]}x{backbone.image_size[1]} on {len(train.paths)} images of "
               f"{len(class_names)} classes ({len(validation.paths) if validation else 0} held out); recipe "
               f"{recipe}, batch {batch_size}" + (f" x {accumulation} accumulated" if accumulation > 1 else "") + ".")
-        print(describe_plan(plan, len(train.paths), batch_size, asked_epochs, steps), flush=True)
+        print(describe_plan(plan, len(train.paths), batch_size, asked_epochs, steps))
+        print(describe_stopping(patience if early_stop else None, validation is not None), flush=True)
         if engines.current().is_chief():
-            callbacks = [TimeEstimate(epochs, steps_per_epoch), *callbacks]
+            callbacks = [TimeEstimate(epochs, steps_per_epoch, may_stop_early=keeper is not None), *callbacks]
     settings = {
         "data_dir": os.path.abspath(data_dir), "validation_dir": validation_dir and os.path.abspath(validation_dir),
         "preset": preset, "variant": variant, "image_size": list(backbone.image_size), "recipe": recipe,
         "epochs": epochs, "steps": steps, "passes": plan["passes"], "updates": updates, "batch_size": batch_size, "learning_rate": learning_rate, "weight_decay": weight_decay,
         "effective_batch_size": effective_batch_size, "validation_split": validation_split, "seed": seed,
         "augment": repr(augment), "class_names": class_names, "lora_rank": lora_rank,
+        "steps_per_epoch": steps_per_epoch, "patience": patience if keeper is not None else None,
     }
-    fitted = run_training(model, train, optimizer, epochs, run=run, settings=settings, held_out=validation,
+    fitted = run_training(model, train, optimizer, epochs, run=run, settings=settings, held_out=None,
                           compile_arguments={"loss": loss, "metrics": ["accuracy"]}, validation_data=validation,
                           callbacks=callbacks, verbose=verbose, keep_backup=True)
-    scores = fitted["held_out"] or {}
+    best = None if keeper is None else keeper.best
+    if keeper is not None:
+        keeper.restore_best(model)
+    scores = {}
+    if validation is not None:  # the weights kept, scored again (a check of the evaluation that chose them)
+        scores = {name: float(value) for name, value in engines.current().evaluate(model, validation).items()}
+    if verbose and keeper is not None:
+        print(describe_outcome(keeper, epochs, steps_per_epoch // accumulation))
     if output is not None:  # one writer in a job of several processes; the preset is swapped into place whole
         engines.current().save_for_job(lambda target: model.save_to_preset(target, class_names=class_names),
                                        destination)
@@ -585,5 +786,51 @@ def finetune(
         "history": fitted["history"], "seconds": fitted["seconds"], "initial_epoch": fitted["initial_epoch"],
         "output": output,
         "run_dir": run_dir, "accumulation_steps": accumulation, "updates": updates,
-        "images_per_update": plan["images_per_update"], "epochs": epochs,
+        "images_per_update": plan["images_per_update"], "epochs": epochs, "best": best,
+        "stopped_early": None if keeper is None else keeper.stopped_early,
     }
+
+
+def _best_in_run_dir(run, model, class_names):
+    """`(save_best, load_best)` for `BestWeights`: a preset in the run directory's `best/`; `(None, None)` without one."""
+    if run is None:
+        return None, None
+    path = os.path.join(run.path, BEST_DIR)
+    claimed = []
+
+    def save_best(epoch, best):
+        engine = engines.current()
+        if engine.is_chief():
+            if not claimed:
+                claimed.append(claim(path, PRESET_KIND))
+            with errors_named(path):  # recorded before the swap, as the epoch backup is
+                mark_directory(run.path, RUN_KIND, [], coming=[BEST_DIR])
+        engine.save_for_job(lambda target: model.save_to_preset(target, class_names=class_names, best=best),
+                            claimed[0] if claimed else path)
+
+    def load_best(model, best):
+        import json
+
+        with open(os.path.join(path, METADATA_FILE)) as file:
+            written = json.load(file).get("best")
+        if written != best:
+            raise ValueError(
+                f"{quote(path)} holds the weights of another evaluation ({written}) than the run's backup records "
+                f"as its best ({best}). Delete {quote(run.given)} and run again, or run with `--no-early-stop`.")
+        model.load_weights(os.path.join(path, WEIGHTS_FILE))
+
+    return save_best, load_best
+
+
+def describe_outcome(keeper, epochs, updates_per_epoch):
+    """The line `finetune` prints after training: which update the output comes from, and why the run ended."""
+    done = keeper.last_epoch or 0
+    ended = (f"stopped early after epoch {keeper.stopped_early} of {epochs}: {keeper.patience} evaluations without "
+             "improvement" if keeper.stopped_early else f"all {epochs} epochs trained")
+    if keeper.best is None:
+        return f"Kept the last weights (update {done * updates_per_epoch}; {ended})."
+    best = keeper.best
+    which = "the last epoch's, also" if best["epoch"] == done else "those of"
+    return (f"Kept the weights of update {best['update']} (epoch {best['epoch']}), {which} the best held-out "
+            f"evaluation of the run: held-out "
+            f"accuracy {best['accuracy']:.2%}, loss {best['loss']:.4f}; {ended}.")

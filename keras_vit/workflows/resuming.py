@@ -31,6 +31,9 @@ CHECKPOINT_LORA = "lora.npz"
 # directory's ownership marker (keras_vit.utils.files), so a user's directory is never taken.
 RUN_KIND, CHECKPOINT_KIND = "run", "checkpoint"
 BACKUP_DIR, LOG_FILE = "backup", "log.csv"
+# The best held-out evaluation's weights of a run that keeps them (`finetune`): a preset, written by the
+# writer's preset save whenever an epoch's evaluation is better than any before.
+BEST_DIR = "best"
 
 
 def claim_run(run_dir, inputs=None, argument="run_dir"):
@@ -60,11 +63,11 @@ def claim_run(run_dir, inputs=None, argument="run_dir"):
     """
     if run_dir is None:
         return None
-    return claim(run_dir, RUN_KIND, names=[BACKUP_DIR, LOG_FILE], inputs=inputs, argument=argument)
+    return claim(run_dir, RUN_KIND, names=[BACKUP_DIR, LOG_FILE, BEST_DIR], inputs=inputs, argument=argument)
 
 
 def finish_run(run_dir):
-    """Delete the run's epoch backup (what keras_vit wrote of it), keeping the log and any file of the user's.
+    """Delete the run's epoch backup and best weights (what keras_vit wrote of them), keeping the log and any file of the user's.
 
     Call it once the run's outputs are written. Until then the backup stays,
     so a kill during the final evaluation or the saving of the model resumes
@@ -72,9 +75,9 @@ def finish_run(run_dir):
     """
     run_dir = None if run_dir is None else os.fspath(run_dir)  # a path, or the run's claim
     if run_dir is not None and engines.current().is_chief() and read_marker(run_dir)[0] == RUN_KIND:
-        backup = os.path.join(run_dir, BACKUP_DIR)
-        if os.path.isdir(backup):
-            files.remove_owned(backup)
+        for name in (BACKUP_DIR, BEST_DIR):
+            if os.path.isdir(os.path.join(run_dir, name)):
+                files.remove_owned(os.path.join(run_dir, name))
 
 
 def _seed_states(model):
@@ -92,7 +95,9 @@ class EpochCheckpoint(keras.callbacks.Callback):
     the random-number states of dropout and stochastic depth, it is written
     as one directory swapped into place (a kill during the save leaves the
     previous epoch's backup whole), and it records the run's settings so a
-    different command is not resumed by mistake.
+    different command is not resumed by mistake, and the state of the
+    callbacks that keep some across a resume (`keepers`: `BestWeights`'
+    best evaluation so far).
 
     Call `restore()` before `fit` and pass its result as `initial_epoch`.
 
@@ -104,10 +109,15 @@ class EpochCheckpoint(keras.callbacks.Callback):
             claimed once by the command at its start and handed down: its marker records the backup before
             each swap. `None`: the directory above `directory` is recorded
             when its marker says it is a run directory.
+        keepers: callbacks with `checkpoint_state()` (a JSON value, saved
+            in the backup) and `restore_checkpoint_state(state, epochs)`
+            (given it back, and the epochs done, on a resume; `None`
+            without a backup), keyed by their class name.
     """
 
-    def __init__(self, directory, settings=None, run=None):
+    def __init__(self, directory, settings=None, run=None, keepers=()):
         super().__init__()
+        self.keepers = {type(keeper).__name__: keeper for keeper in keepers}
         self.directory = os.path.abspath(os.fspath(directory))
         self.settings = json.loads(json.dumps(settings or {}, default=str))
         self.run = run
@@ -119,6 +129,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
             files.recover_abandoned(self.directory)
         state_path = os.path.join(self.directory, CHECKPOINT_STATE)
         if not os.path.exists(state_path):
+            self.restore_keepers({}, 0)
             return 0
         with open(state_path) as file:
             state = json.load(file)
@@ -146,7 +157,18 @@ class EpochCheckpoint(keras.callbacks.Callback):
         # Set when the first epoch begins: `fit` itself draws from the global
         # generator before that (building, creating the data iterator).
         self._pending_global_rng = state.get("global_rng")
+        self.restore_keepers(state.get("keepers", {}), int(state["epoch"]))
         return int(state["epoch"])
+
+    def kept_state(self):
+        """The keepers' states, as the backup records them."""
+        return {name: keeper.checkpoint_state() for name, keeper in self.keepers.items()}
+
+    def restore_keepers(self, states, epochs):
+        """Give each keeper its state from a backup of `epochs` epochs (a job's other processes get process 0's)."""
+        for name, keeper in self.keepers.items():
+            keeper.restore_checkpoint_state(states.get(name), epochs)
+        self.restored_keepers = states
 
     def on_epoch_begin(self, epoch, logs=None):
         if getattr(self, "_pending_global_rng", None) is not None:
@@ -167,6 +189,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
             "seed_states": [keras.ops.convert_to_numpy(v.value).tolist() for v in _seed_states(self.model)],
             "global_rng": global_rng_state(),
             "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
+            "keepers": self.kept_state(),
         }
         # A file of the user's in backup/ (notes) is carried into each new backup, never deleted.
         if self._destination is None:
@@ -304,7 +327,8 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
         if chief:
             files.make_directory(run.path)
             mark_directory(run.path, RUN_KIND, [BACKUP_DIR, LOG_FILE])
-        checkpoint = EpochCheckpoint(os.path.join(run.path, BACKUP_DIR), settings, run=run)
+        keepers = [callback for callback in callbacks if hasattr(callback, "checkpoint_state")]
+        checkpoint = EpochCheckpoint(os.path.join(run.path, BACKUP_DIR), settings, run=run, keepers=keepers)
         initial_epoch = engine.restore(checkpoint, model)
         if initial_epoch and chief:
             _trim_log(run, initial_epoch)
@@ -317,6 +341,13 @@ def fit_resumable(model, data, epochs, run_dir=None, settings=None, validation_d
         all_callbacks.append(checkpoint)
     # First: the checkpoint and the log then hold the job's numbers.
     all_callbacks[:0] = engine.prepare(model, data)
+    stopped = [callback.stopped_early for callback in callbacks if getattr(callback, "stopped_early", None)]
+    if stopped:  # a run that stopped early and was killed before its output was written: nothing to train
+        if verbose:
+            print(f"The run stopped early after epoch {stopped[0]}; writing its output.")
+        history = keras.callbacks.History()
+        history.history, history.epoch = {}, []
+        return history, initial_epoch
     # shuffle=False: the datasets shuffle themselves by (seed, epoch); Keras'
     # own shuffling of batch order draws from Python's global `random`, whose
     # state a checkpoint does not hold.

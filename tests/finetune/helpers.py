@@ -121,3 +121,18 @@ def write_stripes_folder(root, per_class=10, seed=0):
             Image.fromarray(np.clip(pixels, 0, 255).astype("uint8"), "RGB").save(
                 os.path.join(root, name, f"{index}.{extension}"))
     return root
+
+
+def write_misleading_held_out(root, classes=3, per_class=2, seed=5):
+    """A held-out folder for `write_folder`'s classes whose every image has the colour of the next class.
+
+    The better a model learns the training folder's colours, the worse it scores here (the loss rises from
+    the first evaluation on): the held-out metric is best early, and a run that keeps the last weights loses.
+    """
+    import shutil
+
+    staging = write_folder(root + ".colours", classes=classes, per_class=per_class, seed=seed)
+    for label in range(classes):
+        shutil.move(os.path.join(staging, f"class_{label}"), os.path.join(root, f"class_{(label + 1) % classes}"))
+    os.rmdir(staging)
+    return root

@@ -1,6 +1,7 @@
-"""A fine-tuning run for the kill / resume test: `python resume_worker.py DATA PRESET OUTPUT EPOCHS`.
+"""A fine-tuning run for the kill / resume test: `python resume_worker.py DATA PRESET OUTPUT EPOCHS HELD_OUT`.
 
-`SLOW_EPOCHS=seconds` pauses after each epoch so the test can kill the process mid-training.
+`SLOW_EPOCHS=seconds` pauses after each epoch so the test can kill the process mid-training. The last epoch's
+weights (before the best evaluation's are put back) go to `OUTPUT.last.npz`.
 """
 
 import os
@@ -8,6 +9,7 @@ import sys
 import time
 
 import keras
+import numpy as np
 
 import keras_vit
 
@@ -17,10 +19,14 @@ class Pause(keras.callbacks.Callback):
         print(f"epoch {epoch + 1} done", flush=True)
         time.sleep(float(os.environ.get("SLOW_EPOCHS", "0")))
 
+    def on_train_end(self, logs=None):
+        np.savez(sys.argv[3] + ".last.npz", *[np.asarray(weight) for weight in self.model.get_weights()])
+
 
 if __name__ == "__main__":
-    data, preset, output, epochs = sys.argv[1:5]
+    data, preset, output, epochs, held_out = sys.argv[1:6]
     result = keras_vit.finetune(data, preset=preset, epochs=int(epochs), batch_size=8, recipe="adamw",
-                                output=output, seed=3, workers=1, verbose=0, callbacks=[Pause()])
-    print(f"initial_epoch {result['initial_epoch']} epochs_run {len(result['history'].history.get('loss', []))}",
-          flush=True)
+                                validation_dir=held_out, output=output, seed=3, workers=1, verbose=0,
+                                callbacks=[Pause()])
+    print(f"initial_epoch {result['initial_epoch']} epochs_run {len(result['history'].history.get('loss', []))} "
+          f"best_epoch {result['best']['epoch']}", flush=True)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from tests.finetune.helpers import tiny_backbone_file, write_folder
+from tests.finetune.helpers import tiny_backbone_file, write_folder, write_misleading_held_out
 
 WORKER = os.path.join(os.path.dirname(__file__), "resume_worker.py")
 EPOCHS = 4
@@ -39,13 +39,16 @@ def _weights(directory):
 def test_killed_finetune_resumes_to_the_uninterrupted_weights(tmp_path):
     data = write_folder(str(tmp_path / "data"), classes=3, per_class=10)
     preset = tiny_backbone_file(str(tmp_path / "tiny.keras"))
+    # The held-out score is best after the first epoch (its images have the next class's colour), so the run
+    # resumed after a kill must know that best and write its weights, not the last ones.
+    held_out = write_misleading_held_out(str(tmp_path / "held_out"))
 
     reference = str(tmp_path / "reference")
-    out = _run([data, preset, reference, str(EPOCHS)])
-    assert f"initial_epoch 0 epochs_run {EPOCHS}" in out
+    out = _run([data, preset, reference, str(EPOCHS), held_out])
+    assert f"initial_epoch 0 epochs_run {EPOCHS} best_epoch 1" in out, out
 
     killed = str(tmp_path / "killed")
-    process = _run([data, preset, killed, str(EPOCHS)], {"SLOW_EPOCHS": "2"}, wait=False)
+    process = _run([data, preset, killed, str(EPOCHS), held_out], {"SLOW_EPOCHS": "2"}, wait=False)
     state = os.path.join(killed + ".run", "backup", "state.json")
     deadline = time.time() + 300
     epochs_done = 0
@@ -64,16 +67,25 @@ def test_killed_finetune_resumes_to_the_uninterrupted_weights(tmp_path):
     process.wait()
     assert 1 <= epochs_done < EPOCHS
     assert not os.path.exists(killed), "a killed run must not leave an output preset"
+    assert os.path.exists(os.path.join(killed + ".run", "best", "model.weights.h5")), "the best so far is kept"
 
-    out = _run([data, preset, killed, str(EPOCHS)])
+    out = _run([data, preset, killed, str(EPOCHS), held_out])
+    assert "best_epoch 1" in out, out
     resumed_from = int(out.split("initial_epoch ")[1].split()[0])
     epochs_run = int(out.split("epochs_run ")[1].split()[0])
     assert resumed_from >= 1 and resumed_from + epochs_run == EPOCHS
-    assert not os.path.exists(os.path.join(killed + ".run", "backup")), "the backup is removed after the run"
+    for name in ("backup", "best"):
+        assert not os.path.exists(os.path.join(killed + ".run", name)), f"{name}/ is removed after the run"
     with open(os.path.join(killed + ".run", "log.csv")) as file:
         rows = file.read().splitlines()
     assert [int(row.split(",")[0]) for row in rows[1:]] == list(range(EPOCHS))
 
-    diffs = [float(np.max(np.abs(a - b))) for a, b in zip(_weights(reference), _weights(killed))]
+    # The last epoch's weights: the resumed training is the uninterrupted one.
+    last = [np.load(path + ".last.npz") for path in (reference, killed)]
+    diffs = [float(np.max(np.abs(last[0][name] - last[1][name]))) for name in last[0].files]
     print(f"{keras.backend.backend()}: max abs weight difference after kill + resume: {max(diffs):.3g}")
     assert max(diffs) <= 1e-5
+    # The output: the best evaluation's (the first epoch's) weights, read back from best/ by the resumed run.
+    kept = [float(np.max(np.abs(a - b))) for a, b in zip(_weights(reference), _weights(killed))]
+    assert max(kept) <= 1e-5
+    assert any(not np.allclose(a, b) for a, b in zip(_weights(killed), (last[1][name] for name in last[1].files)))

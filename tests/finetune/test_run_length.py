@@ -33,20 +33,29 @@ def test_the_plan_makes_the_updates_asked_for_in_whole_epochs_of_whole_updates()
         n, batch = case["num_images"], case["batch_size"]
         plan = plan_updates(n, case["recipe"], batch, case["effective_batch_size"], **case["length"])
         batches_per_pass = math.ceil(n / batch)
-        # An epoch is whole passes over the folder, cut in batches; an update is whole batches of one epoch.
-        assert plan["steps_per_epoch"] == math.ceil(plan["passes"] * n / batch), (case, plan)
+        # An epoch is whole passes over the folder, cut in batches, less fewer than one update's batches left out
+        # so that an update is whole batches of one epoch.
+        read = math.ceil(plan["passes"] * n / batch)
+        assert plan["steps_per_epoch"] == read - plan["dropped_batches"], (case, plan)
+        assert 0 <= plan["dropped_batches"] < plan["accumulation"], (case, plan)
         assert plan["steps_per_epoch"] % plan["accumulation"] == 0, (case, plan)
         assert plan["updates"] * plan["accumulation"] == plan["epochs"] * plan["steps_per_epoch"], (case, plan)
         if "epochs" in case["length"]:  # as asked: one pass per epoch
             assert (plan["epochs"], plan["passes"]) == (case["length"]["epochs"], 1), (case, plan)
             continue
         wanted = case["length"].get("steps", DEFAULT_UPDATES)
+        if "steps" not in case["length"]:  # the default: 500 updates, or fewer if that is over MAX_PASSES passes
+            from keras_vit.workflows.finetuning import MAX_PASSES
+
+            affordable = max(1, MAX_PASSES * n // (plan["accumulation"] * batch))
+            assert plan["capped"] == (affordable < wanted), (case, plan)
+            wanted = min(wanted, affordable)
         # At least what was asked, and less than one epoch's updates more.
         assert wanted <= plan["updates"] < wanted + plan["steps_per_epoch"] // plan["accumulation"], (case, plan)
         if case["effective_batch_size"] == "recipe":
             # The recipe's update size, cut to a tenth of the folder (in whole batches, at least one).
             recipe = 512 if case["recipe"] == "paper" else batch
-            assert plan["accumulation"] * batch <= max(batch, recipe), (case, plan)
+            assert plan["accumulation"] * batch < max(batch, recipe) + batch, (case, plan)  # whole batches
             assert plan["accumulation"] == 1 or plan["accumulation"] <= batches_per_pass // 10, (case, plan)
         elif case["effective_batch_size"] is None:
             assert plan["accumulation"] == 1, (case, plan)
@@ -55,8 +64,9 @@ def test_the_plan_makes_the_updates_asked_for_in_whole_epochs_of_whole_updates()
 @pytest.mark.one_backend("arithmetic of the plan, no backend involved")
 def test_the_issue_example_gets_hundreds_of_updates_where_it_got_ten():
     # 120 images, 20% held out: 96 training images. Before: 10 epochs at 3 batches x 3 accumulated = 10 updates.
+    # Now 100 passes (500 updates of 32 would be 167): 300 updates and more.
     plan = plan_updates(96)
-    assert plan["updates"] >= DEFAULT_UPDATES and plan["images_per_update"] == 32
+    assert plan["updates"] >= 300 and plan["images_per_update"] == 32
     assert plan_updates(96, epochs=10, effective_batch_size=512)["updates"] == 10  # what a user can still ask
 
 
@@ -82,16 +92,19 @@ def test_finetune_prints_its_plan_and_a_time_estimate_and_steps_and_epochs_overr
     folder = write_folder(str(tmp_path / "photos"), classes=3, per_class=10)  # 24 training images, 6 held out
     pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8)
     common = ["finetune", folder, "--preset", pretrained, "--workers", "1"]
-    # --steps 60: epochs of 34 passes over 24 images (26 batches of up to 32), 3 of them (78 updates).
-    assert cli.main([*common, "--steps", "60"]) == 0
+    # --steps 60: about ten epochs (6 batches each: 8 passes over 24 images), 60 updates. No early stop: 5
+    # evaluations without improvement on 6 held-out images could end it first.
+    assert cli.main([*common, "--steps", "60", "--no-early-stop"]) == 0
     out = capsys.readouterr().out
-    assert ("Plan: 78 optimizer updates of 32 images each (one batch of up to 32) in 3 epochs, each 34 passes over "
-            "the 24 training images (60 updates as asked, rounded up to whole epochs).") in out, out
-    assert "Time: about " in out and "Epoch 3/3" in out and "Epoch 4/" not in out, out
+    assert ("Plan: 60 optimizer updates of 32 images each (one batch of up to 32; the recipe's 512-image update cut "
+            "to a tenth of the 24 training images, in whole batches) in 10 epochs, each 8 passes over the 24 training "
+            "images (60 updates as asked, rounded up to whole epochs).") in out, out
+    assert "Time: about " in out and "Epoch 10/10" in out and "Epoch 11/" not in out, out
     # --epochs 2: two passes, one batch each, the paper's accumulation cut to the epoch: 2 updates.
-    assert cli.main([*common, "--epochs", "2"]) == 0
+    assert cli.main([*common, "--epochs", "2", "--no-early-stop"]) == 0
     out = capsys.readouterr().out
-    assert "Plan: 2 optimizer updates of 24 images each (one batch of up to 32) in 2 epochs, each one pass over" in out
+    assert "Plan: 2 optimizer updates of 24 images each (one batch of up to 32; " in out, out
+    assert "in 2 epochs, each one pass over" in out
     assert "Epoch 2/2" in out
 
 
@@ -123,3 +136,49 @@ def test_crop_min_area_sets_the_smallest_crop_and_out_of_range_values_exit_2(tmp
         assert cli.main(["finetune", folder, "--variant", "ViT-Ti/16", "--crop-min-area", bad]) == 2
         assert "--crop-min-area" in capsys.readouterr().err
     assert not received
+
+
+@pytest.mark.one_backend("arithmetic of the plan, no backend involved")
+def test_an_epoch_of_a_prime_number_of_batches_keeps_the_recipes_update_size():
+    # 1,009 batches of 32 (32,288 images): the paper's 512-image update is 16 batches. Before: 1,009 has no divisor
+    # up to 16 but 1, so every update was one batch of 32 at the learning rate meant for 512.
+    plan = plan_updates(32_288)
+    assert (plan["accumulation"], plan["images_per_update"]) == (16, 512), plan
+    assert plan["steps_per_epoch"] == 1_008 and plan["dropped_batches"] == 1, plan  # one batch left out per epoch
+    assert DEFAULT_UPDATES <= plan["updates"] < DEFAULT_UPDATES + 63, plan
+    # 97 batches (3,104 images): the recipe's update cut to a tenth of the folder, 9 batches, not 1.
+    plan = plan_updates(97 * 32)
+    assert (plan["accumulation"], plan["steps_per_epoch"], plan["dropped_batches"]) == (9, 90, 7), plan
+
+
+@pytest.mark.one_backend("arithmetic of the plan, no backend involved")
+def test_effective_batch_size_sets_the_update_size_as_the_docs_say():
+    # The issue's case: `--epochs 10 --effective-batch-size 512` on 32,288 images planned 10,090 updates of 32.
+    plan = plan_updates(32_288, epochs=10, effective_batch_size=512)
+    assert (plan["images_per_update"], plan["updates"], plan["epochs"]) == (512, 630, 10), plan
+    for images, asked in ((5000, 96), (5000, 256), (3104, 512), (32_288, 64)):
+        plan = plan_updates(images, effective_batch_size=asked)
+        assert plan["images_per_update"] == asked and plan["steps_per_epoch"] % plan["accumulation"] == 0, plan
+    # An epoch shorter than the update asked: the update is the epoch, and the plan says why.
+    plan = plan_updates(96, epochs=10, effective_batch_size=512)
+    assert (plan["images_per_update"], plan["updates"]) == (96, 10), plan
+    assert "512" in plan["smaller_update"] and "epoch" in plan["smaller_update"], plan
+    # Counted in updates, an epoch is as many passes as a whole update needs: 512 images as asked.
+    plan = plan_updates(96, steps=100, effective_batch_size=512)
+    assert (plan["images_per_update"], plan["updates"], plan["smaller_update"]) == (512, 100, None), plan
+
+
+@pytest.mark.one_backend("arithmetic of the plan, no backend involved")
+def test_a_tiny_folder_is_bounded_by_passes_as_well_as_updates():
+    # The issue's 21 photos, 18 for training: 520 updates were 900 passes. Now at most MAX_PASSES (rounded up to
+    # whole epochs), with at least MIN_EVALUATIONS held-out evaluations to choose the best weights from.
+    from keras_vit.workflows.finetuning import MAX_PASSES, MIN_EVALUATIONS
+
+    for images in (6, 18, 24, 30, 96):
+        plan = plan_updates(images)
+        passes = plan["updates"] * plan["images_per_update"] / images
+        assert passes <= MAX_PASSES + plan["passes"], (images, plan)
+        # About MIN_EVALUATIONS epochs (whole passes round them down by up to half).
+        assert plan["epochs"] >= min(MIN_EVALUATIONS, plan["updates"]) // 2, (images, plan)
+    assert plan_updates(5000)["updates"] >= DEFAULT_UPDATES  # a large folder still makes the paper's 500
+    assert plan_updates(18, steps=500)["updates"] >= 500  # asked for: as asked

@@ -478,6 +478,9 @@ class TorchProcesses(Engine):
         if self.process_count() == 1:
             return checkpoint.restore(model)
         epochs = checkpoint.restore(model) if self.is_chief() else 0
-        state = self.broadcast_json({"epochs": epochs, "rng": getattr(checkpoint, "_pending_global_rng", None)})
+        state = self.broadcast_json({"epochs": epochs, "rng": getattr(checkpoint, "_pending_global_rng", None),
+                                     "keepers": getattr(checkpoint, "restored_keepers", None) or {}})
         checkpoint._pending_global_rng = state["rng"]
+        if hasattr(checkpoint, "restore_keepers"):  # the best evaluation so far: every process decides alike
+            checkpoint.restore_keepers(state["keepers"], state["epochs"])
         return state["epochs"]
