@@ -152,7 +152,7 @@ def test_tf_config_names_this_worker_and_the_job():
 def test_without_tf_config_data_parallel_stays_one_process(monkeypatch):
     import tensorflow as tf
 
-    from keras_vit.distribution import distribution_for_backend, processes
+    from keras_vit.distribution import distribution_for_backend, engines
     from keras_vit.distribution.engines import tf_workers
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
@@ -161,7 +161,8 @@ def test_without_tf_config_data_parallel_stays_one_process(monkeypatch):
     strategy = distribution_for_backend("data")
     assert isinstance(strategy, tf.distribute.MirroredStrategy)
     with strategy.scope():
-        assert (processes.process_index(), processes.process_count(), processes.saving_is_collective()) == (0, 1, False)
+        engine = engines.current()
+        assert (engine.process_index(), engine.process_count(), engine.saving_is_collective()) == (0, 1, False)
 
 
 @pytest.mark.slow
