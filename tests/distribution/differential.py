@@ -33,6 +33,7 @@ import dataclasses
 import inspect
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,11 +56,11 @@ TIMEOUT = 600
 # a split, LoRA and 3 processes.
 CI_SEED = 1912
 CI_CASES = 4
-# Resume after a kill in the CI sample: the position of the configuration that a kill interrupts, on the engines
-# whose own resume test it replaced (JAX's and TensorFlow's ran one process and two jobs more for the same
-# promise). PyTorch keeps its own (tests/distribution/test_torch_processes.py): it kills one worker and checks that
-# torchrun ends the job.
-CI_RESUMED = {"jax": 2, "tensorflow": 2}
+# Resume after a kill in the CI sample: the position of each engine's configuration that a kill interrupts. It
+# replaced each engine's own killed-worker test, which ran one process and two jobs more for the same promise.
+CI_RESUMED = {"torch": 0, "jax": 2, "tensorflow": 2}
+# How long torchrun may take to end a job one of whose workers was killed.
+TORCHRUN_ENDS_WITHIN = 120
 
 
 def ci_sample(engine):
@@ -240,14 +241,30 @@ def finish(children, timeout=TIMEOUT):
     return logs
 
 
-def kill_after_first_epoch(children, run_dir, timeout=TIMEOUT):
-    """Once `run_dir` holds an epoch's checkpoint, kill the job's last process, then the rest (as a host dies)."""
-    from tests.distribution.jobs import epochs_done, stop
+def kill_after_first_epoch(children, run_dir, engine, timeout=TIMEOUT):
+    """Once `run_dir` holds an epoch's checkpoint, kill the job's last process, then the rest (as a host dies).
+
+    Under torchrun (one child, the launcher) the last rank's worker is killed alone, and torchrun must end the
+    job by itself within `TORCHRUN_ENDS_WITHIN` seconds, exiting with a failure.
+    """
+    from tests.distribution.jobs import epochs_done, stop, torchrun_workers
 
     deadline = time.monotonic() + timeout
     try:
         while epochs_done(run_dir) < 1 and all(c.poll() is None for c in children) and time.monotonic() < deadline:
             time.sleep(0.02)
+        if engine == "torch":
+            workers = torchrun_workers(children[0].pid)
+            if not workers:
+                raise RuntimeError("no torchrun worker found to kill")
+            os.kill(workers[max(workers)], signal.SIGKILL)  # a worker, not the chief
+            try:
+                log = children[0].communicate(timeout=TORCHRUN_ENDS_WITHIN)[0]
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"torchrun did not end the job within {TORCHRUN_ENDS_WITHIN} s of its worker's "
+                                   "death") from None
+            if children[0].returncode == 0:
+                raise RuntimeError(f"torchrun ended a job whose worker was killed with exit 0: {log[-2500:]}")
     finally:
         stop(children[::-1])
     return epochs_done(run_dir)
@@ -350,7 +367,8 @@ def _one_and_job(config, engine, directory):
     one, one_arguments = _command(config, directory, "one")
     job, job_arguments = _command(config, directory, "job")
     if config.resume:  # the job is killed after its first epoch, then the same command resumes it
-        done = kill_after_first_epoch(start(engine, job_arguments, config.processes, config.devices), job + ".run")
+        done = kill_after_first_epoch(start(engine, job_arguments, config.processes, config.devices), job + ".run",
+                                      engine)
         if not 1 <= done < config.epochs:
             raise RuntimeError(f"the killed job had {done} of {config.epochs} epochs in its checkpoint")
         if os.path.exists(job if config.command == "finetune" else job + ".keras"):

@@ -115,6 +115,26 @@ def stop(children):
         child.wait()
 
 
+def torchrun_workers(torchrun_pid):
+    """`{rank: pid}` of the processes torchrun started (read from their environment)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as file:
+                parent = int(file.read().rsplit(")", 1)[1].split()[1])
+            if parent != torchrun_pid:
+                continue
+            with open(f"/proc/{name}/environ", "rb") as file:
+                variables = dict(item.split(b"=", 1) for item in file.read().split(b"\0") if b"=" in item)
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"RANK" in variables:
+            found[int(variables[b"RANK"])] = int(name)
+    return found
+
+
 def finish(children, timeout=TIMEOUT):
     """Wait for every child (at most `timeout` seconds each), kill any left; return their outputs."""
     try:

@@ -6,8 +6,8 @@ engine. Each backend's pass runs its engine's four configurations of the
 fixed CI seed (`differential.ci_sample`); `make test-differential` runs a
 wide sample of new ones and prints the table. These replace the hand-listed
 uneven cases and the two-process worker runs each engine's test file had, and
-the JAX and TensorFlow killed-job resumes (`differential.CI_RESUMED`: one
-configuration of each is killed after its first epoch and run again).
+each engine's killed-worker test (`differential.CI_RESUMED`: one
+configuration per engine is killed after its first epoch and run again).
 """
 
 import keras
@@ -37,8 +37,9 @@ def test_the_ci_sample_reaches_what_broke_jobs_before():
     assert {config.augment for config in finetuning} == {True, False}
     assert any(config.accumulation > 1 for config in finetuning) and any(config.lora for config in finetuning)
     assert {config.processes for config in everything} == {2, 3}
-    # The JAX and TensorFlow resume tests were folded in here: each of those engines resumes a killed job.
-    for engine in differential.CI_RESUMED:
+    # The engines' killed-worker tests were folded in here: each engine resumes a killed job.
+    assert sorted(differential.CI_RESUMED) == sorted(differential.ENGINES)
+    for engine in differential.ENGINES:
         assert [config.resume for config in differential.ci_sample(engine)].count(True) == 1, engine
     # Drawn, not listed: the same seed and index give the same configuration.
     assert differential.draw(7, 3) == differential.draw(7, 3) and differential.draw(7, 3) != differential.draw(7, 4)
