@@ -18,7 +18,6 @@ import os
 
 import keras
 
-from keras_vit.distribution.engines import joining
 from keras_vit.distribution.engines.base import Engine
 from keras_vit.distribution.engines.joining import DEFAULT_JOIN_TIMEOUT, JOIN_TIMEOUT_VARIABLE, JobError, join_timeout
 # The engine modules import no framework at module level (each imports its own inside the functions that
