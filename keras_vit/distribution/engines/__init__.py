@@ -29,8 +29,8 @@ from keras_vit.distribution.engines.tf_workers import TensorFlowWorkers
 from keras_vit.distribution.engines.torch_processes import TorchProcesses
 
 # The engines of several processes: the backend each runs on, its module and its `Engine`, in the order a launch
-# is checked. Each module defines `LAUNCHER`, `LAUNCHER_VARIABLES`, `launched_job(environ)` and
-# `runs_this_process()`; a fourth engine is one such module and one entry here (docs/scale-out.md).
+# is checked. Each module defines `launcher()`, `launched_job(environ)` and `runs_this_process()`; a fourth
+# engine is one such module and one entry here (docs/scale-out.md).
 _JOB_ENGINES = {
     "torch": (torch_processes, TorchProcesses),
     "tensorflow": (tf_workers, TensorFlowWorkers),
@@ -38,7 +38,7 @@ _JOB_ENGINES = {
 }
 # Every variable a launcher sets to start a process as one of a job (nine): a process started without the
 # launcher's job, as the tests start one, clears these.
-LAUNCHER_VARIABLES = tuple(name for module, _ in _JOB_ENGINES.values() for name in module.LAUNCHER_VARIABLES)
+LAUNCHER_VARIABLES = tuple(name for module, _ in _JOB_ENGINES.values() for name in module.launcher()[1])
 
 _ENGINES = {}
 
@@ -77,12 +77,12 @@ def launched_jobs(environ=None):
     for module, _ in _JOB_ENGINES.values():
         job = module.launched_job(environ)
         if job is not None:
-            jobs.append((module.LAUNCHER, *job))
+            jobs.append((module.launcher()[0], *job))
     return jobs
 
 
 def _backend_of(launcher):
-    return next(backend for backend, (module, _) in _JOB_ENGINES.items() if module.LAUNCHER == launcher)
+    return next(backend for backend, (module, _) in _JOB_ENGINES.items() if module.launcher()[0] == launcher)
 
 
 def check_launch(distribute, environ=None):

@@ -72,9 +72,10 @@ def job_of_variables(environ=None):
     return index, count, address
 
 
-# What the launch check (`engines.launched_jobs`) reads of this engine (see torch_processes.LAUNCHER).
-LAUNCHER = "KERAS_DISTRIBUTION_*"
-LAUNCHER_VARIABLES = JOB_VARIABLES
+def launcher():
+    """`(name, variables)`: what starts this engine's processes and the variables it sets (`engines.launched_jobs`)."""
+    return "KERAS_DISTRIBUTION_*", JOB_VARIABLES
+
 
 
 def launched_job(environ=None):

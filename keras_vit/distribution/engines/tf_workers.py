@@ -109,9 +109,10 @@ def tf_config_job(environ=None):
     return (index if task_type == "chief" else chiefs + index), chiefs + workers
 
 
-# What the launch check (`engines.launched_jobs`) reads of this engine (see torch_processes.LAUNCHER).
-LAUNCHER = "TF_CONFIG"
-LAUNCHER_VARIABLES = ("TF_CONFIG",)
+def launcher():
+    """`(name, variables)`: what starts this engine's processes and the variables it sets (`engines.launched_jobs`)."""
+    return "TF_CONFIG", ("TF_CONFIG",)
+
 
 
 def launched_job(environ=None):

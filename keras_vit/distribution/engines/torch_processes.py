@@ -44,10 +44,14 @@ _FIX = ("torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each pr
         "(docs/scale-out.md).")
 
 
-# What the launch check (`engines.launched_jobs`) reads of this engine: who starts its processes, and the variables
-# that launcher sets on each (the tests clear these before starting a process of their own).
-LAUNCHER = "torchrun"
-LAUNCHER_VARIABLES = (*TORCHRUN_VARIABLES, "LOCAL_RANK")
+def launcher():
+    """`(name, variables)`: what starts this engine's processes, as messages name it, and the variables it sets.
+
+    Read by the launch check (`engines.launched_jobs`); the tests clear
+    these variables before starting a process of their own.
+    """
+    return "torchrun", (*TORCHRUN_VARIABLES, "LOCAL_RANK")
+
 
 
 def launched_job(environ=None):
