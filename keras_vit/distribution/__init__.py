@@ -6,8 +6,8 @@ mesh axis with the Megatron-style `layout_map()`. On TensorFlow,
 `tensorflow_strategy()` returns a `MirroredStrategy` (or a `TPUStrategy`)
 for the same `model.fit` code. Jobs of many processes (JAX processes,
 PyTorch under `torchrun`, TensorFlow workers) run through `engines`: one
-module per engine behind one interface, chosen by `engines.current()`;
-`processes` gives short names for which process of a job this is.
+module per engine behind one interface, chosen by `engines.current()`,
+which says which process of a job this is.
 `unsharded_weights()` and `layout_errors()` check a layout map against a
 model before any memory is spent on it.
 """

@@ -5,7 +5,9 @@ runs each through the command line as one process and as a job on an
 engine. Each backend's pass runs its engine's four configurations of the
 fixed CI seed (`differential.ci_sample`); `make test-differential` runs a
 wide sample of new ones and prints the table. These replace the hand-listed
-uneven cases and the two-process worker runs each engine's test file had.
+uneven cases and the two-process worker runs each engine's test file had, and
+each engine's killed-worker test (`differential.CI_RESUMED`: one
+configuration per engine is killed after its first epoch and run again).
 """
 
 import keras
@@ -35,11 +37,15 @@ def test_the_ci_sample_reaches_what_broke_jobs_before():
     assert {config.augment for config in finetuning} == {True, False}
     assert any(config.accumulation > 1 for config in finetuning) and any(config.lora for config in finetuning)
     assert {config.processes for config in everything} == {2, 3}
+    # The engines' killed-worker tests were folded in here: each engine resumes a killed job.
+    assert sorted(differential.CI_RESUMED) == sorted(differential.ENGINES)
+    for engine in differential.ENGINES:
+        assert [config.resume for config in differential.ci_sample(engine)].count(True) == 1, engine
     # Drawn, not listed: the same seed and index give the same configuration.
     assert differential.draw(7, 3) == differential.draw(7, 3) and differential.draw(7, 3) != differential.draw(7, 4)
 
 
-@pytest.mark.slow  # four configurations, each one process then a job of 2 or 3: about a minute each on 2 cores
+@pytest.mark.slow  # four configurations, each one process beside a job of 2 or 3 (one killed, then resumed)
 @pytest.mark.parametrize("position", range(differential.CI_CASES))
 def test_a_job_trains_prints_and_logs_what_one_process_does(tmp_path, position):
     config = differential.ci_sample(ENGINE)[position]

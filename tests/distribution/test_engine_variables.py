@@ -116,7 +116,7 @@ def no_waiting(monkeypatch):
 
 def _join(engine, environ, monkeypatch):
     """The engine's own join, as the command line calls it, with `environ` as the process's variables."""
-    for name in [*jax_processes.JOB_VARIABLES, *torch_processes.TORCHRUN_VARIABLES, "LOCAL_RANK", "TF_CONFIG"]:
+    for name in engines.LAUNCHER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
@@ -184,7 +184,7 @@ def test_a_launch_of_several_processes_without_distribute_refuses_at_the_start(l
     # torchrun the second died at the first's log.csv): refused at once, with the flag to add.
     rng = random.Random(f"{SEED} {launcher}")
     count = rng.randint(2, 4)
-    for name in [*jax_processes.JOB_VARIABLES, *torch_processes.TORCHRUN_VARIABLES, "LOCAL_RANK", "TF_CONFIG"]:
+    for name in engines.LAUNCHER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     for name, value in LAUNCHES[launcher](rng, count).items():
         monkeypatch.setenv(name, value)
@@ -197,7 +197,7 @@ def test_a_launch_of_several_processes_without_distribute_refuses_at_the_start(l
 
 def test_one_process_and_a_job_of_one_train_as_before(monkeypatch):
     # Variables that describe one process are no launch of several: nothing is refused.
-    for name in [*jax_processes.JOB_VARIABLES, *torch_processes.TORCHRUN_VARIABLES, "LOCAL_RANK", "TF_CONFIG"]:
+    for name in engines.LAUNCHER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     engines.check_launch(None)
     for environ in ({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
@@ -205,3 +205,20 @@ def test_one_process_and_a_job_of_one_train_as_before(monkeypatch):
                     {"TF_CONFIG": json.dumps({"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}})}):
         assert engines.launched_jobs(environ) == []
         engines.check_launch(None, environ)
+
+
+def test_the_launch_check_asks_each_engine_module_by_public_names_only():
+    # engines/__init__ read torch_processes._FIX (issue 50): the registry must ask each engine module through the
+    # names every engine module defines, so that a fourth engine is one module and one registry entry.
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(engines))
+    modules = {"jax_processes", "tf_workers", "torch_processes", "joining"}
+    private = sorted({f"{node.value.id}.{node.attr}" for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                      and isinstance(node.value, ast.Name) and node.value.id in modules and node.attr.startswith("_")})
+    assert private == [], private
+    # One list of the variables a launcher sets, made of each engine module's own (the tests clear these).
+    assert set(engines.LAUNCHER_VARIABLES) == {*jax_processes.JOB_VARIABLES, *torch_processes.TORCHRUN_VARIABLES,
+                                               "LOCAL_RANK", "TF_CONFIG"}
+    assert len(engines.LAUNCHER_VARIABLES) == 9

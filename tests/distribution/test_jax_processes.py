@@ -1,4 +1,4 @@
-"""Two real JAX processes on loopback train what one process trains model parallel; a killed worker resumes.
+"""Two real JAX processes on loopback train what one process trains model parallel.
 
 Each run is a job of 4 CPU devices: one process with 4, or two processes
 with 2 each joined by `keras.distribution.initialize` over 127.0.0.1 (a free
@@ -6,7 +6,8 @@ port, gloo collectives), training model parallel (data parallel jobs are
 the differential check's, `test_differential.py`). Every process reads
 only its share of every batch of an image folder
 (`ImageFolderDataset(shard=...)`). Losses and final weights of the
-two-process job must equal the one-process job's within 1e-5.
+two-process job must equal the one-process job's within 1e-5. (A killed
+job resumes in the differential check's sample, `differential.CI_RESUMED`.)
 Every child is bounded by a timeout and killed by the test, pass or fail.
 """
 
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 from keras_vit.data import ImageFolderDataset
-from tests.distribution.jobs import ROOT, assert_same_preset_weights, finish, free_port, kill_worker_then_chief
+from tests.distribution.jobs import ROOT, environment, finish, free_port, launch
 from tests.finetune.helpers import write_folder
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_processes_worker.py")
@@ -30,11 +31,11 @@ MODES = ("model",)
 def run_job(count, folder, out):
     """Start `count` worker processes that train once per mode, wait for all (bounded), kill any left;
     return process 0's results, `{mode: {name: array}}`."""
+    # The worker joins the job from its arguments (and sets its own devices), not from a launcher's variables.
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    env.pop("XLA_FLAGS", None)
     children = [subprocess.Popen([sys.executable, WORKER, ",".join(MODES), str(index), str(count), str(port), folder,
-                                  out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+                                  out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env=environment("jax"), cwd=ROOT, start_new_session=True)
                 for index in range(count)]
     logs = finish(children)
     for child, log in zip(children, logs):
@@ -94,76 +95,19 @@ def test_two_processes_train_what_one_process_trains(mode, jobs):
     assert not np.allclose(one["losses"][0], one["losses"][1])  # it trained
 
 
-def _finetune_processes(folder, pretrained, output, count, port, arguments=None, devices=2):
-    """`keras-vit finetune --distribute data` as `count` processes of one JAX job (Keras' environment variables).
-
-    One process (`count=1`) runs without the job's variables, on `devices` devices.
-    """
-    arguments = arguments or ["finetune", folder, "--preset", pretrained, "--epochs", "6", "--batch-size", "8",
-                              "--recipe", "adamw", "--validation-split", "0.25", "--workers", "1"]
-    command = [sys.executable, "-m", "keras_vit", *arguments, "--output", output, "--distribute", "data"]
-    return _start_jax_job(command, count, port, devices)
-
-
-def _start_jax_job(command, count, port, devices):
-    """`command` started as the `count` processes of one JAX job of `devices` devices each (Keras' variables).
-
-    One process (`count=1`) runs without the job's variables.
-    """
-    children = []
-    for index in range(count):
-        env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
-               "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-        if count > 1:
-            env.update({"KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}",
-                        "KERAS_DISTRIBUTION_NUM_PROCESSES": str(count), "KERAS_DISTRIBUTION_PROCESS_ID": str(index)})
-        children.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                         env=env, cwd=ROOT))
-    return children
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
 def test_a_process_that_never_joins_stops_the_job_with_its_name_and_address(tmp_path):
     folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
     # Process 0 of a job of two, started alone (the other host never comes up).
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
-           "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}", "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
-           "KERAS_DISTRIBUTION_PROCESS_ID": "0", "KERAS_VIT_JOIN_TIMEOUT": "3"}
-    child = subprocess.Popen([sys.executable, "-m", "keras_vit", "finetune", folder, "--variant", "ViT-Ti/16",
-                              "--image-size", "8", "--epochs", "1", "--distribute", "data"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    (child,) = launch("jax", ["-m", "keras_vit", "finetune", folder, "--variant", "ViT-Ti/16", "--image-size", "8",
+                              "--epochs", "1", "--distribute", "data"], 2, port=port, only=0,
+                      KERAS_VIT_JOIN_TIMEOUT="3")
     (log,) = finish([child])
     assert child.returncode == 1, log[-4000:]
     assert f"Process 0 of 2 waited 3 s for process 1 of the job at 127.0.0.1:{port}" in log, log[-4000:]
     assert "KERAS_VIT_JOIN_TIMEOUT" in log and "Epoch 1/1" not in log, log[-4000:]
-
-
-@pytest.mark.slow  # one process beside a killed 2-process job, then the resumed job: about 60 s on 2 cores
-@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution across processes runs on JAX")
-def test_a_killed_worker_resumes_through_the_command_line(tmp_path):
-    from tests.finetune.helpers import tiny_backbone_file
-
-    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=12, size=(10, 12))
-    pretrained = str(tmp_path / "pretrained.keras")
-    tiny_backbone_file(pretrained, image_size=8, dropout=0.0)
-
-    # The uninterrupted reference is one process on the job's four devices (a job trains what one process
-    # does: the differential check), run beside the job that is killed.
-    whole = _finetune_processes(folder, pretrained, str(tmp_path / "whole"), 1, free_port(), devices=4)
-    try:
-        output, run_dir = str(tmp_path / "killed"), str(tmp_path / "killed.run")
-        done = kill_worker_then_chief(_finetune_processes(folder, pretrained, output, 2, free_port()), run_dir, 2)
-    finally:
-        whole_log = finish(whole)[0]
-    assert not os.path.exists(output) and 2 <= done < 6
-    assert whole[0].returncode == 0, whole_log[-3000:]
-
-    logs = finish(_finetune_processes(folder, pretrained, output, 2, free_port()))
-    assert f"Resuming from the checkpoint in {run_dir}: {done} of 6 epochs done." in logs[0], logs[0][-3000:]
-    assert logs[0].count("Epoch 6/6") == 1 and "Epoch 6/6" not in logs[1], logs[0][-3000:]  # process 0 prints
-    assert_same_preset_weights(str(tmp_path / "whole"), output)
 
 
 @pytest.mark.slow  # two short pre-training runs: about 10 s on 2 cores

@@ -24,14 +24,12 @@ import io
 import json
 import os
 import random
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 
-from tests.distribution.jobs import ROOT, finish, free_port
+from tests.distribution.jobs import finish, launch
 
 SEED = 39
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "differing_flags_worker.py")
@@ -182,46 +180,14 @@ _BEFORE_THE_JOIN = ("distribute", "model_parallelism")
 JOB_TIMEOUT = 150
 
 
-def _environment(backend):
-    env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
-           "OMP_NUM_THREADS": "1", "KERAS_VIT_JOIN_TIMEOUT": "60"}
-    for name in ("XLA_FLAGS", "TF_CONFIG", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID", "KERAS_DISTRIBUTION_JOB_ADDRESSES"):
-        env.pop(name, None)
-    return env
-
-
 def _start_job(backend, arguments, extra):
     """Two processes of `keras-vit ARGUMENTS`, process `i` with `extra[i]` added, as `backend`'s engine starts them."""
-    command = [sys.executable, WORKER, json.dumps(extra), *arguments]
-    env = _environment(backend)
-    options = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
-    if backend == "torch":  # torchrun starts both (the worker picks its flags by RANK)
-        return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                                  "--master_addr=127.0.0.1", f"--master_port={free_port()}", *command[1:]],
-                                 env=env, **options)]
-    if backend == "jax":
-        port = free_port()
-        return [subprocess.Popen(command, env={**env, "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
-                                               "KERAS_DISTRIBUTION_PROCESS_ID": str(index),
-                                               "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}"}, **options)
-                for index in range(2)]
-    workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-    return [subprocess.Popen(command, env={**env, "TF_CONFIG": json.dumps(
-        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})}, **options)
-        for index in range(2)]
+    return launch(backend, [WORKER, json.dumps(extra), *arguments], 2, KERAS_VIT_JOIN_TIMEOUT="60")
 
 
 def _stop(children):
     """Wait for every child (bounded), then kill each one's whole session, pass or fail; return their outputs."""
-    import signal
-
-    try:
-        return finish(children, timeout=JOB_TIMEOUT)
-    finally:
-        for child in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
+    return finish(children, timeout=JOB_TIMEOUT)
 
 
 @pytest.mark.slow
@@ -267,12 +233,8 @@ def test_torchrun_without_distribute_refuses_before_any_work(tmp_path):
     folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
     pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
     output = str(tmp_path / "out")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-         f"--master_port={free_port()}", "-m", "keras_vit", "finetune", folder, "--preset", pretrained,
-         "--epochs", "1", "--batch-size", "4", "--workers", "1", "--output", output],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True,
-        env=_environment("torch"))
+    (child,) = launch("torch", ["-m", "keras_vit", "finetune", folder, "--preset", pretrained, "--epochs", "1",
+                                "--batch-size", "4", "--workers", "1", "--output", output], 2)
     (log,) = _stop([child])
     assert child.returncode != 0 and "exitcode  : 2 " in log, log[-4000:]
     assert "error: This process is one of 2 that a launcher started (torchrun's RANK=" in log, log[-4000:]

@@ -26,11 +26,9 @@ The check can fail: in a manual run with the optimizer's cross-replica
 gradient sum turned off, the same job ended with losses 0.70 / 0.88 instead of
 0.74 / 0.99 and weights up to 0.44 away from one process's.
 
-Through the command line, `keras-vit finetune --distribute data` runs as two
-workers (each with its `TF_CONFIG`); worker 1 is killed after the first epoch
-checkpoint (then worker 0, as a launcher would end the job), and the same
-command then resumes both workers from worker 0's checkpoint to the weights of
-one process's uninterrupted run. Every worker is bounded by a timeout and
+Through the command line, `keras-vit finetune --distribute data` runs as
+workers in the differential check's sample (`test_differential.py`), which
+also kills one job after its first epoch and resumes it. Every worker is bounded by a timeout and
 killed by the test, pass or fail.
 """
 
@@ -43,8 +41,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.distribution.jobs import (
-    ROOT, TIMEOUT, assert_same_preset_weights, finish, free_port, kill_worker_then_chief)
+from tests.distribution.jobs import ROOT, TIMEOUT, environment, finish, free_port, launch
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_workers_worker.py")
 
@@ -53,10 +50,10 @@ pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
 
 
 def run_workers(ports, out):
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
     count = max(1, len(ports))
     children = [subprocess.Popen([sys.executable, WORKER, str(index), ",".join(map(str, ports)), out],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env=environment("tensorflow"), cwd=ROOT, start_new_session=True)
                 for index in range(count)]
     logs = finish(children, TIMEOUT)
     return [child.returncode for child in children], logs
@@ -75,53 +72,6 @@ def test_two_tensorflow_workers_train_what_one_process_trains(tmp_path):
     for name in one.files:
         np.testing.assert_allclose(two[name], one[name], atol=1e-5, rtol=0, err_msg=name)
         np.testing.assert_array_equal(other[name], two[name], err_msg=f"worker 1: {name}")
-
-
-def _finetune_workers(folder, pretrained, output, ports, arguments=None, only=None, extra_env=None):
-    """`keras-vit finetune --distribute data` as one TensorFlow worker per port (TF_CONFIG), started now.
-
-    `only`: start only the worker of this index (its peers never start).
-    """
-    arguments = arguments or ["finetune", folder, "--preset", pretrained, "--epochs", "3", "--batch-size", "6",
-                              "--recipe", "adamw", "--validation-split", "0.25", "--workers", "1"]
-    command = [sys.executable, "-m", "keras_vit", *arguments, "--output", output, "--distribute", "data"]
-    workers = [f"127.0.0.1:{port}" for port in ports]
-    children = []
-    for index in range(len(ports)) if only is None else [only]:
-        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-        env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3",
-               "TF_CONFIG": tf_config, **(extra_env or {})}
-        children.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                         env=env, cwd=ROOT))
-    return children
-
-
-@pytest.mark.slow  # one process beside a killed 2-worker job, then the resumed job: about 60 s on 2 cores
-def test_a_killed_worker_resumes_through_the_command_line(tmp_path):
-    from tests.finetune.helpers import tiny_backbone_file, write_folder
-
-    folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=12, size=(10, 12))
-    pretrained = str(tmp_path / "pretrained.keras")
-    tiny_backbone_file(pretrained, image_size=8, dropout=0.0)
-
-    # The uninterrupted reference is one process (a job trains what one process does: the differential
-    # check), run beside the job that is killed.
-    whole = _finetune_workers(folder, pretrained, str(tmp_path / "whole"), [free_port()])
-    try:
-        output, run_dir = str(tmp_path / "killed"), str(tmp_path / "killed.run")
-        children = _finetune_workers(folder, pretrained, output, [free_port(), free_port()])
-        done = kill_worker_then_chief(children, run_dir, epochs=1)
-    finally:
-        whole_log = finish(whole, TIMEOUT)[0]
-    assert not os.path.exists(output) and 1 <= done < 3
-    assert whole[0].returncode == 0, whole_log[-3000:]
-
-    children = _finetune_workers(folder, pretrained, output, [free_port(), free_port()])
-    logs = finish(children, TIMEOUT)
-    assert [child.returncode for child in children] == [0, 0], "\n\n".join(log[-3000:] for log in logs)
-    assert f"Resuming from the checkpoint in {run_dir}: {done} of 3 epochs done." in logs[0], logs[0][-3000:]
-    assert logs[0].count("Epoch 3/3") == 1 and "Epoch 3/3" not in logs[1], logs[0][-3000:]  # worker 0 prints
-    assert_same_preset_weights(str(tmp_path / "whole"), output)
 
 
 def test_tf_config_names_this_worker_and_the_job():
@@ -152,7 +102,7 @@ def test_tf_config_names_this_worker_and_the_job():
 def test_without_tf_config_data_parallel_stays_one_process(monkeypatch):
     import tensorflow as tf
 
-    from keras_vit.distribution import distribution_for_backend, processes
+    from keras_vit.distribution import distribution_for_backend, engines
     from keras_vit.distribution.engines import tf_workers
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
@@ -161,7 +111,8 @@ def test_without_tf_config_data_parallel_stays_one_process(monkeypatch):
     strategy = distribution_for_backend("data")
     assert isinstance(strategy, tf.distribute.MirroredStrategy)
     with strategy.scope():
-        assert (processes.process_index(), processes.process_count(), processes.saving_is_collective()) == (0, 1, False)
+        engine = engines.current()
+        assert (engine.process_index(), engine.process_count(), engine.saving_is_collective()) == (0, 1, False)
 
 
 @pytest.mark.slow
@@ -173,12 +124,12 @@ def test_a_worker_that_never_starts_stops_the_job_with_its_name_and_address(tmp_
 
     folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
     pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
-    ports = [free_port(), free_port()]
-    (child,) = _finetune_workers(folder, pretrained, str(tmp_path / "out"), ports, arguments=[
-        "finetune", folder, "--preset", pretrained, "--epochs", "1", "--workers", "1"], only=index,
-        extra_env={"KERAS_VIT_JOIN_TIMEOUT": "5"})
+    port = free_port()
+    (child,) = launch("tensorflow", ["-m", "keras_vit", "finetune", folder, "--preset", pretrained, "--epochs", "1",
+                                     "--workers", "1", "--output", str(tmp_path / "out"), "--distribute", "data"],
+                      2, port=port, only=index, KERAS_VIT_JOIN_TIMEOUT="5")
     (log,) = finish([child], TIMEOUT)
     assert child.returncode == 1, log[-4000:]
-    assert f"Process {index} of 2 waited 5 s for process {missing} of the job at 127.0.0.1:{ports[0]}" in log, \
+    assert f"Process {index} of 2 waited 5 s for process {missing} of the job at 127.0.0.1:{port}" in log, \
         log[-4000:]
     assert "KERAS_VIT_JOIN_TIMEOUT" in log and "Epoch 1/1" not in log, log[-4000:]

@@ -18,7 +18,6 @@ import os
 
 import keras
 
-from keras_vit.distribution.engines import joining
 from keras_vit.distribution.engines.base import Engine
 from keras_vit.distribution.engines.joining import DEFAULT_JOIN_TIMEOUT, JOIN_TIMEOUT_VARIABLE, JobError, join_timeout
 # The engine modules import no framework at module level (each imports its own inside the functions that
@@ -29,14 +28,25 @@ from keras_vit.distribution.engines.one_process import OneProcess
 from keras_vit.distribution.engines.tf_workers import TensorFlowWorkers
 from keras_vit.distribution.engines.torch_processes import TorchProcesses
 
+# The engines of several processes: the backend each runs on, its module and its `Engine`, in the order a launch
+# is checked. Each module defines `launcher()`, `launched_job(environ)` and `runs_this_process()`; a fourth
+# engine is one such module and one entry here (docs/scale-out.md).
+_JOB_ENGINES = {
+    "torch": (torch_processes, TorchProcesses),
+    "tensorflow": (tf_workers, TensorFlowWorkers),
+    "jax": (jax_processes, JaxProcesses),
+}
+# Every variable a launcher sets to start a process as one of a job (nine): a process started without the
+# launcher's job, as the tests start one, clears these.
+LAUNCHER_VARIABLES = tuple(name for module, _ in _JOB_ENGINES.values() for name in module.launcher()[1])
+
 _ENGINES = {}
 
 
-def _engine(engine_name):
-    if engine_name not in _ENGINES:
-        classes = {"jax": JaxProcesses, "torch": TorchProcesses, "tensorflow": TensorFlowWorkers}
-        _ENGINES[engine_name] = classes.get(engine_name, OneProcess)()
-    return _ENGINES[engine_name]
+def _engine(backend):
+    if backend not in _ENGINES:
+        _ENGINES[backend] = _JOB_ENGINES[backend][1]() if backend in _JOB_ENGINES else OneProcess()
+    return _ENGINES[backend]
 
 
 def current():
@@ -48,17 +58,9 @@ def current():
     `TensorFlowWorkers` under a multi-worker strategy. Otherwise `OneProcess`.
     """
     backend = keras.backend.backend()
-    if backend == "jax":
-        return _engine("jax")
-    if backend == "torch":
-        return _engine("torch" if torch_processes.running() else "one")
-    if backend == "tensorflow":
-        return _engine("tensorflow" if tf_workers.current_strategy() is not None else "one")
+    if backend in _JOB_ENGINES and _JOB_ENGINES[backend][0].runs_this_process():
+        return _engine(backend)
     return _engine("one")
-
-
-# Which backend joins the job each launcher describes.
-_LAUNCHERS = {"torchrun": "torch", "TF_CONFIG": "tensorflow", "KERAS_DISTRIBUTION_*": "jax"}
 
 
 def launched_jobs(environ=None):
@@ -72,18 +74,15 @@ def launched_jobs(environ=None):
     """
     environ = os.environ if environ is None else environ
     jobs = []
-    if environ.get("RANK", "").strip() and environ.get("WORLD_SIZE", "").strip():
-        count = joining.integer(environ, "WORLD_SIZE", torch_processes._FIX, 1)
-        if count > 1:
-            torch_processes.job_of_variables(environ)
-            jobs.append(("torchrun", count, f"torchrun's RANK={environ['RANK'].strip()}, WORLD_SIZE={count}"))
-    tf_job = tf_workers.tf_config_job(environ)
-    if tf_job is not None:
-        jobs.append(("TF_CONFIG", tf_job[1], f"a TF_CONFIG of {tf_job[1]} training tasks"))
-    jax_job = jax_processes.job_of_variables(environ)
-    if jax_job is not None and jax_job[1] > 1:
-        jobs.append(("KERAS_DISTRIBUTION_*", jax_job[1], f"KERAS_DISTRIBUTION_NUM_PROCESSES={jax_job[1]}"))
+    for module, _ in _JOB_ENGINES.values():
+        job = module.launched_job(environ)
+        if job is not None:
+            jobs.append((module.launcher()[0], *job))
     return jobs
+
+
+def _backend_of(launcher):
+    return next(backend for backend, (module, _) in _JOB_ENGINES.items() if module.launcher()[0] == launcher)
 
 
 def check_launch(distribute, environ=None):
@@ -113,12 +112,12 @@ def check_launch(distribute, environ=None):
             f"job (--batch-size is then the job's batch, shared out), or start one process without the "
             f"launcher's variables.")
     backend = keras.backend.backend()
-    if all(_LAUNCHERS[launcher] != backend for launcher, _, _ in jobs):
+    if all(_backend_of(launcher) != backend for launcher, _, _ in jobs):
         raise JobError(
             f"{launcher} describes a job of {count} processes ({variables}), which the {backend} backend does "
-            f"not join: each process would train alone. Set KERAS_BACKEND={_LAUNCHERS[launcher]}, or describe "
+            f"not join: each process would train alone. Set KERAS_BACKEND={_backend_of(launcher)}, or describe "
             f"the job as the {backend} backend reads it (docs/scale-out.md).")
 
 
-__all__ = ["DEFAULT_JOIN_TIMEOUT", "Engine", "JOIN_TIMEOUT_VARIABLE", "JobError", "check_launch", "current",
-           "join_timeout", "launched_jobs"]
+__all__ = ["DEFAULT_JOIN_TIMEOUT", "Engine", "JOIN_TIMEOUT_VARIABLE", "JobError", "LAUNCHER_VARIABLES", "check_launch",
+           "current", "join_timeout", "launched_jobs"]

@@ -72,6 +72,29 @@ def job_of_variables(environ=None):
     return index, count, address
 
 
+def launcher():
+    """`(name, variables)`: what starts this engine's processes and the variables it sets (`engines.launched_jobs`)."""
+    return "KERAS_DISTRIBUTION_*", JOB_VARIABLES
+
+
+
+def launched_job(environ=None):
+    """`(count, variables)` when Keras' variables start this process as one of several, else `None`.
+
+    Raises:
+        JobError: the variable that is wrong, its value and the fix.
+    """
+    job = job_of_variables(environ)
+    if job is None or job[1] == 1:
+        return None
+    return job[1], f"KERAS_DISTRIBUTION_NUM_PROCESSES={job[1]}"
+
+
+def runs_this_process():
+    """Always True: the JAX engine runs one process too (it also knows the devices a batch is split over)."""
+    return True
+
+
 def join(join_timeout=None):
     """Join the multi-process JAX job Keras' variables describe; return the process count.
 

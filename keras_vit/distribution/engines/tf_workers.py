@@ -109,6 +109,27 @@ def tf_config_job(environ=None):
     return (index if task_type == "chief" else chiefs + index), chiefs + workers
 
 
+def launcher():
+    """`(name, variables)`: what starts this engine's processes and the variables it sets (`engines.launched_jobs`)."""
+    return "TF_CONFIG", ("TF_CONFIG",)
+
+
+
+def launched_job(environ=None):
+    """`(count, variables)` when `TF_CONFIG` starts this process as one of several training tasks, else `None`.
+
+    Raises:
+        JobError: `TF_CONFIG` is not the JSON TensorFlow reads.
+    """
+    job = tf_config_job(environ)
+    return None if job is None else (job[1], f"a TF_CONFIG of {job[1]} training tasks")
+
+
+def runs_this_process():
+    """True when this process trains under a multi-worker strategy of several workers."""
+    return current_strategy() is not None
+
+
 def first_worker_address(environ=None):
     """The `host:port` of process 0 of the job `TF_CONFIG` describes (the chief, else worker 0), or `None`."""
     text = (os.environ if environ is None else environ).get("TF_CONFIG", "")

@@ -44,6 +44,41 @@ _FIX = ("torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each pr
         "(docs/scale-out.md).")
 
 
+def launcher():
+    """`(name, variables)`: what starts this engine's processes, as messages name it, and the variables it sets.
+
+    Read by the launch check (`engines.launched_jobs`); the tests clear
+    these variables before starting a process of their own.
+    """
+    return "torchrun", (*TORCHRUN_VARIABLES, "LOCAL_RANK")
+
+
+
+def launched_job(environ=None):
+    """`(count, variables)` when torchrun's variables start this process as one of several, else `None`.
+
+    `variables` spells what was read, for messages. `RANK` and `WORLD_SIZE`
+    both set and `WORLD_SIZE` above 1 make a job of several; every
+    variable is then checked (`job_of_variables`).
+
+    Raises:
+        JobError: the variable that is wrong (or missing), its value and the fix.
+    """
+    environ = os.environ if environ is None else environ
+    if not (environ.get("RANK", "").strip() and environ.get("WORLD_SIZE", "").strip()):
+        return None
+    count = joining.integer(environ, "WORLD_SIZE", _FIX, 1)
+    if count == 1:
+        return None
+    job_of_variables(environ)
+    return count, f"torchrun's RANK={environ['RANK'].strip()}, WORLD_SIZE={count}"
+
+
+def runs_this_process():
+    """True when this process trains as one of a PyTorch job (it joined a process group of several)."""
+    return running()
+
+
 def job_of_variables(environ=None):
     """`(rank, count, host, port)` of the PyTorch job torchrun's variables describe, checked before any wait.
 
