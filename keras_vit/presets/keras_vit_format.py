@@ -100,6 +100,10 @@ CONFIG_KEYS = {
     },
 }
 OPTIONAL_KEYS = {"name": _or_null(_TEXT), "dtype": _DTYPE_POLICY}
+# The parts of later ViT families (issue 48): optional, since files written before them lack them and their
+# defaults (off, exact GELU) rebuild those files' models.
+OPTIONAL_PART_KEYS = {"ViTBackbone": {"pre_norm": _BOOL, "mlp_activation": _TEXT, "qk_norm": _BOOL,
+                                      "use_distillation_token": _BOOL, "attention_pooling": _BOOL}}
 _RESAVE = "Restore it, or save the model again with `save_to_preset`."
 
 
@@ -124,7 +128,8 @@ def _check_keys(config, class_name, where, prefix):
             dtype_policy_from_config(value, class_name)
 
     # The models' own rules for the dtype policy and the class names too (cheap: nothing is built).
-    rules = {**CONFIG_KEYS[class_name], **OPTIONAL_KEYS, "dtype": dtype_policy}
+    rules = {**CONFIG_KEYS[class_name], **OPTIONAL_KEYS, **OPTIONAL_PART_KEYS.get(class_name, {}),
+             "dtype": dtype_policy}
     if class_name == "ViTClassifier":
         rules["class_names"] = lambda value, name: check_class_names(value, max(config["num_classes"], 1))
     for key, rule in rules.items():
