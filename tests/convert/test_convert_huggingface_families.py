@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_vit import ViTBackbone
+from keras_vit.convert import load_checkpoint
 from keras_vit.convert.huggingface_families import from_huggingface_family
 from tests.convert.helpers import TOLERANCE, max_abs_diff, predict
 
@@ -47,6 +48,15 @@ def test_siglip_vision_model():
     assert isinstance(backbone, ViTBackbone) and backbone.attention_pooling and not backbone.use_class_token
     assert backbone.mlp_activation == "gelu_tanh"
     assert max_abs_diff(predict(backbone, IMAGES), expected.last_hidden_state.numpy()) <= TOLERANCE
+    assert max_abs_diff(predict(backbone.pooled_model(), IMAGES), expected.pooler_output.numpy()) <= TOLERANCE
+
+
+def test_a_saved_siglip_directory_loads_with_load_checkpoint(tmp_path):
+    source = _build(transformers.SiglipVisionConfig, transformers.SiglipVisionModel, 4, intermediate_size=32)
+    source.save_pretrained(tmp_path)
+    expected = _run(source, IMAGES, (0.5,) * 3, (0.5,) * 3)
+    backbone = load_checkpoint(tmp_path)
+    assert isinstance(backbone, ViTBackbone) and backbone.attention_pooling
     assert max_abs_diff(predict(backbone.pooled_model(), IMAGES), expected.pooler_output.numpy()) <= TOLERANCE
 
 
