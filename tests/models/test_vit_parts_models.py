@@ -108,6 +108,15 @@ def test_siglip_pooled_embedding_needs_no_head():
     assert classifier.count_params() == backbone.count_params() + D * 3 + 3  # the MAP head counted once
 
 
+def test_few_shot_features_of_a_siglip_backbone_are_its_pooled_embedding():
+    from keras_vit.workflows.fewshot import extract_features
+
+    keras.utils.set_random_seed(0)
+    backbone = keras_vit.ViTBackbone(**TINY, use_class_token=False, attention_pooling=True)
+    expected = keras.ops.convert_to_numpy(backbone.pool(backbone(IMAGES)))
+    np.testing.assert_allclose(extract_features(backbone, IMAGES), expected, atol=1e-5)
+
+
 def test_deit_heads_are_averaged_and_each_readable():
     keras.utils.set_random_seed(0)
     model = _seeded(CASES["deit_distilled_classifier"][0])(None)
