@@ -211,9 +211,12 @@ def make_npz_fixtures(manifest):
 
 
 def main():
-    if os.path.isdir(ROOT):
-        shutil.rmtree(ROOT)
-    os.makedirs(ROOT)
+    # parts/ is scripts/make_timm_part_fixtures.py's (issue 48's architectures): kept.
+    for entry in os.listdir(ROOT) if os.path.isdir(ROOT) else ():
+        if entry != "parts":
+            path = os.path.join(ROOT, entry)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    os.makedirs(ROOT, exist_ok=True)
     torch.set_num_threads(1)
     manifest = {**versions(), "script": "scripts/make_timm_fixtures.py", "fixtures": {}}
     make_model_fixtures(manifest)

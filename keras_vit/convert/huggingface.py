@@ -15,6 +15,7 @@ import numpy as np
 from keras_vit.convert import class_names
 from keras_vit.convert.exported_transform import huggingface_processor
 from keras_vit.convert.io import write_safetensors
+from keras_vit.convert.huggingface_families import FAMILIES, from_huggingface_family
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.utils.files import Destination, claim, write_json_file
 from keras_vit.utils.values import IMAGE_INTERPOLATIONS, is_int
@@ -314,6 +315,11 @@ def from_huggingface(
     """
     config = dict(config)
     model_type = config.get("model_type", "vit")
+    if model_type in FAMILIES:  # SigLIP, CLIP and DINOv2 vision towers: their own name maps
+        return from_huggingface_family(
+            config, state_dict, preprocessing=_preprocessing(preprocessor_config), image_size=image_size,
+            interpolation=interpolation, antialias=antialias, include_head=include_head,
+            allow_non_finite=allow_non_finite, **overrides)
     if model_type != "vit":
         raise ValueError(
             f"Only Hugging Face ViT checkpoints (model_type='vit') are supported. Received: model_type={model_type!r}"

@@ -62,7 +62,7 @@ def timm_name_map(num_layers):
         ("pre_logits.fc.bias", "pre_logits/bias", _same),
         ("head.weight", "head/kernel", _linear),
         ("head.bias", "head/bias", _same),
-    ]
+    ] + _later_family_entries()
     for i in range(num_layers):
         src, dst = f"blocks.{i}.", f"transformer_block_{i}/"
         entries += [
@@ -80,7 +80,31 @@ def timm_name_map(num_layers):
             (src + "mlp.fc2.bias", dst + "mlp/fc2/bias", _same),
             (src + "ls1.gamma", dst + "layer_scale1/gamma", _same),
             (src + "ls2.gamma", dst + "layer_scale2/gamma", _same),
+            # qk-norm: a LayerNorm over the head width on q and on k
+            (src + "attn.q_norm.weight", dst + "attention/q_norm/gamma", _same),
+            (src + "attn.q_norm.bias", dst + "attention/q_norm/beta", _same),
+            (src + "attn.k_norm.weight", dst + "attention/k_norm/gamma", _same),
+            (src + "attn.k_norm.bias", dst + "attention/k_norm/beta", _same),
         ]
+    return entries
+
+
+def _later_family_entries():
+    """The parts of SigLIP, CLIP and DeiT: pre-norm, the MAP head, the distillation token and head."""
+    entries = [
+        ("norm_pre.weight", "pre_norm/gamma", _same),  # CLIP's ln_pre
+        ("norm_pre.bias", "pre_norm/beta", _same),
+        ("dist_token", "patch_encoder/distillation_token", _same),  # DeiT
+        ("head_dist.weight", "head_distillation/kernel", _linear),
+        ("head_dist.bias", "head_distillation/bias", _same),
+        ("attn_pool.latent", "attention_pool/probe", _same),  # SigLIP's MAP head (timm AttentionPoolLatent)
+        ("attn_pool.norm.weight", "attention_pool/norm/gamma", _same),
+        ("attn_pool.norm.bias", "attention_pool/norm/beta", _same),
+    ]
+    # timm's kv Linear puts all keys' columns before all values', each head-major: AttentionPooling's order.
+    for timm_name, name in (("q", "q"), ("kv", "kv"), ("proj", "proj"), ("mlp.fc1", "mlp/fc1"), ("mlp.fc2", "mlp/fc2")):
+        entries += [(f"attn_pool.{timm_name}.weight", f"attention_pool/{name}/kernel", _linear),
+                    (f"attn_pool.{timm_name}.bias", f"attention_pool/{name}/bias", _same)]
     return entries
 
 
@@ -103,7 +127,7 @@ def _rank(key, to_keras):
         return 4
     if to_keras is _linear:
         return 2
-    return 3 if key in ("cls_token", "reg_token", "pos_embed") else 1
+    return 3 if key in ("cls_token", "reg_token", "pos_embed", "dist_token", "attn_pool.latent") else 1
 
 
 # timm-layout name (block names without their index) -> the rank its tensor must have.

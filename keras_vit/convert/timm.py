@@ -19,24 +19,23 @@ TIMM_DEFAULT_MEAN = (0.5, 0.5, 0.5)
 TIMM_DEFAULT_STD = (0.5, 0.5, 0.5)
 TIMM_LAYER_NORM_EPSILON = 1e-6  # timm.layers.LayerNorm default
 
-_TIMM_SIZE_NAMES = {"tiny": "Ti", "small": "S", "base": "B", "large": "L", "huge": "H"}
+_TIMM_SIZE_NAMES = {"tiny": "Ti", "small": "S", "base": "B", "large": "L", "huge": "H", "so400m": "So400m"}
 _HEADS_BY_WIDTH = {size["hidden_dim"]: size["num_heads"] for size in MODEL_SIZES.values()}
 _UNSUPPORTED = {
-    "norm_pre.": "a pre-encoder LayerNorm (CLIP-style `pre_norm=True`)",
-    "attn.q_norm.": "query/key normalisation (`qk_norm=True`)",
-    "attn.k_norm.": "query/key normalisation (`qk_norm=True`)",
-    "attn_pool.": "attention pooling (`global_pool='map'`)",
+    "attn_pool.q_norm.": "query/key normalisation inside attention pooling",
+    "attn_pool.pos_embed": "a position embedding inside attention pooling (`pos_embed='abs'`)",
     "attn.norm.": "attention output normalisation (`scale_attn_norm=True`)",
     "mlp.norm.": "MLP normalisation (`scale_mlp_norm=True`)",
     "patch_embed.norm.": "a patch-embedding norm",
     "patch_embed.backbone.": "a hybrid CNN stem (use the hybrid converters)",
 }
 _KERAS_VIT_METADATA = "keras_vit_config"
+_EPSILON_KEY = "keras_vit_layer_norm_epsilon"
 
 
 
 def _heads_from_architecture(architecture):
-    match = re.match(r"^(?:vit|deit3?|deit)_(tiny|small|base|large|huge)_", architecture or "")
+    match = re.match(r"^(?:vit|deit3?|deit)_(tiny|small|base|large|huge|so400m)_", architecture or "")
     return MODEL_SIZES[_TIMM_SIZE_NAMES[match.group(1)]]["num_heads"] if match else None
 
 
@@ -169,7 +168,8 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
     mlp_dim = int(np.shape(state_dict.get("blocks.0.mlp.fc1.weight", np.zeros((0,))))[0])
     use_class_token = "cls_token" in state_dict
     num_register_tokens = int(np.shape(state_dict["reg_token"])[1]) if "reg_token" in state_dict else 0
-    num_prefix_tokens = int(use_class_token) + num_register_tokens
+    parts = later_family_parts(state_dict, config)
+    num_prefix_tokens = int(use_class_token) + int(parts["use_distillation_token"]) + num_register_tokens
 
     image_size = config_pair(source_image_size or model_args.get("img_size") or pretrained_cfg.get("input_size"))
     grid = None if image_size is None else (image_size[0] // patch_h, image_size[1] // patch_w)
@@ -210,7 +210,7 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
         "num_layers": num_layers,
         "num_heads": int(num_heads),
         "mlp_dim": mlp_dim,
-        "layer_norm_epsilon": TIMM_LAYER_NORM_EPSILON,
+        "layer_norm_epsilon": parts.pop("layer_norm_epsilon"),
         "use_class_token": use_class_token,
         "num_register_tokens": num_register_tokens,
         "position_embedding": position_embedding,
@@ -218,6 +218,7 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
         "layer_scale_init": 1e-5 if "blocks.0.ls1.gamma" in state_dict else None,
         "use_qkv_bias": "blocks.0.attn.qkv.bias" in state_dict,
         "final_norm": "norm.weight" in state_dict,
+        **parts,
         "pixel_scale": 1.0 / 255.0,
         "pixel_mean": tuple(float(v) for v in mean),
         "pixel_std": tuple(float(v) for v in std),
@@ -227,18 +228,20 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
     backbone_config.update(overrides)
 
     ignored = []
-    head_keys = [k for k in state_dict if k.startswith(("head.", "fc_norm.", "pre_logits."))]
+    head_keys = [k for k in state_dict if k.startswith(("head.", "head_dist.", "fc_norm.", "pre_logits."))]
     has_head = "head.weight" in state_dict
     head_config = None
     if include_head and has_head:
         global_pool = model_args.get("global_pool", config.get("global_pool"))
         if global_pool is None:
             global_pool = "avg" if ("fc_norm.weight" in state_dict or not use_class_token) else "token"
-        pools = {"token": "token", "avg": "gap"}
+            if parts["attention_pooling"]:
+                global_pool = "map"
+        pools = {"token": "token", "avg": "gap", "map": "map"}
         if global_pool not in pools:
             raise ValueError(
-                f"timm global_pool={global_pool!r} is not supported; keras_vit pools with 'token' or "
-                "'avg' (gap)."
+                f"timm global_pool={global_pool!r} is not supported; keras_vit pools with 'token', "
+                "'avg' (gap) or 'map' (attention pooling)."
             )
         head_config = {
             "num_classes": int(np.shape(state_dict["head.weight"])[0]),
@@ -260,6 +263,43 @@ def timm_spec(state_dict, config=None, *, include_head=True, source_image_size=N
         # head-side tensors (head, fc_norm, pre_logits) are deliberately dropped.
         ignored = head_keys
     return backbone_config, head_config, grid, ignored
+
+
+# timm's MLP activations (`act_layer`) by the name keras_vit's config gives them.
+_TIMM_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+CLIP_LAYER_NORM_EPSILON = 1e-5  # timm builds its CLIP towers with `partial(LayerNorm, eps=1e-5)`
+
+
+def later_family_parts(state_dict, config):
+    """The parts of SigLIP, CLIP, DeiT and qk-norm ViTs in a timm checkpoint, as `ViTBackbone` arguments.
+
+    The weights record pre-norm (`norm_pre`), qk-norm (`attn.q_norm`), the
+    MAP head (`attn_pool`) and the distillation token (`dist_token`). No
+    weight records the MLP activation or the LayerNorm epsilon: they come
+    from the hub config's `model_args.act_layer` and from the architecture's
+    name (timm's `*_quickgelu_*` towers use quick-GELU, its `*_clip_*`
+    towers LayerNorms with epsilon 1e-5).
+    """
+    config = dict(config or {})
+    model_args = dict(config.get("model_args") or {})
+    architecture = str(config.get("architecture") or "")
+    activation = model_args.get("act_layer") or ("quick_gelu" if "quickgelu" in architecture else "gelu")
+    if activation not in _TIMM_ACTIVATIONS:
+        raise ValueError(
+            f"This timm checkpoint's MLP activation act_layer={activation!r} is not one keras_vit implements "
+            f"({', '.join(sorted(_TIMM_ACTIVATIONS))})."
+        )
+    epsilon = CLIP_LAYER_NORM_EPSILON if "_clip" in architecture else TIMM_LAYER_NORM_EPSILON
+    # `export_timm` records the epsilon beside timm's config (timm's own config has no field for it).
+    epsilon = float(config.get(_EPSILON_KEY, epsilon))
+    return {
+        "layer_norm_epsilon": epsilon,
+        "pre_norm": "norm_pre.weight" in state_dict,
+        "mlp_activation": _TIMM_ACTIVATIONS[activation],
+        "qk_norm": "blocks.0.attn.q_norm.weight" in state_dict,
+        "use_distillation_token": "dist_token" in state_dict,
+        "attention_pooling": "attn_pool.latent" in state_dict,
+    }
 
 
 def is_timm_hybrid(state_dict):
@@ -370,15 +410,19 @@ def model_timm_config(backbone, classifier):
         "reg_tokens": backbone.num_register_tokens,
         "no_embed_class": not backbone.prefix_position_embedding,
         "init_values": backbone.layer_scale_init,
+        "pre_norm": bool(backbone.pre_norm),
+        "qk_norm": bool(backbone.qk_norm),
+        "act_layer": backbone.mlp_activation,
     }
     if backbone.position_embedding == "none":
         model_args["pos_embed"] = "none"
     if classifier is not None:
-        model_args["global_pool"] = "avg" if classifier.pooling == "gap" else "token"
+        model_args["global_pool"] = {"gap": "avg", "map": "map"}.get(classifier.pooling, "token")
         model_args["fc_norm"] = bool(classifier.pooled_norm)
         num_classes = classifier.num_classes
     else:
-        model_args["global_pool"] = "avg" if not backbone.use_class_token else "token"
+        model_args["global_pool"] = "map" if backbone.attention_pooling else (
+            "avg" if not backbone.use_class_token else "token")
         num_classes = 0
     mean, std, scale = backbone.pixel_mean, backbone.pixel_std, backbone.pixel_scale
     per_channel = lambda v: [float(x) for x in (v if np.ndim(v) else [v] * backbone.num_channels)]  # noqa: E731
@@ -389,6 +433,7 @@ def model_timm_config(backbone, classifier):
         "num_classes": num_classes,
         "num_features": backbone.hidden_dim,
         "global_pool": model_args["global_pool"],
+        _EPSILON_KEY: float(backbone.layer_norm_epsilon),
         "model_args": model_args,
         "pretrained_cfg": {
             "input_size": [backbone.num_channels, *backbone.image_size],

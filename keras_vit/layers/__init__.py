@@ -1,6 +1,7 @@
 """Backend-agnostic Keras layers of the Vision Transformer."""
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.attention_pooling import AttentionPooling
 from keras_vit.layers.bit_bottleneck_unit import BiTBottleneckUnit
 from keras_vit.layers.bit_root import BiTRoot
 from keras_vit.layers.drop_path import DropPath

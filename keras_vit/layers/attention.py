@@ -48,6 +48,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `keras.ops.dot_product_attention` so every backend can use its fused
     kernel, and a Dense layer projects the heads back to `hidden_dim`.
 
+    With `qk_norm=True` the queries and keys of every head are
+    LayerNorm-ed over the head width before the dot product (timm's
+    `qk_norm`, Dehghani et al. 2023); they still go through
+    `keras.ops.dot_product_attention`, so the fused kernel is kept.
+
     Attention probabilities are never materialised on the fast path. Pass
     `return_attention_scores=True` to take a separate explicit path that
     returns them (for visualisation); it computes the same output.
@@ -65,6 +70,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             `0.0`.
         kernel_initializer: Initializer of the Dense kernels. Defaults to
             `"glorot_uniform"`.
+        qk_norm: bool. LayerNorm (scale and offset, over the head width) on
+            the queries and on the keys of each head. Defaults to `False`.
+        layer_norm_epsilon: float. Epsilon of the qk-norm LayerNorms.
+            Defaults to `1e-6` (timm's).
         **kwargs: Base layer keyword arguments.
 
     Call arguments:
@@ -84,6 +93,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attention_dropout=0.0,
         dropout=0.0,
         kernel_initializer="glorot_uniform",
+        qk_norm=False,
+        layer_norm_epsilon=1e-6,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -95,15 +106,27 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.attention_dropout = attention_dropout
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.qk_norm = bool(qk_norm)
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.query_norm = self.key_norm = None
+        if self.qk_norm:
+            self.query_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="q_norm"
+            )
+            self.key_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="k_norm"
+            )
         self.attention_dropout_layer = keras.layers.Dropout(
             attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
         self.output_dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="output_dropout")
 
     def parameter_count(self, hidden_dim):
-        """Weights this layer creates for inputs `hidden_dim` wide: `qkv` (bias optional) and `proj`."""
+        """Weights this layer creates for inputs `hidden_dim` wide: `qkv` (bias optional), `proj`,
+        and with `qk_norm` the scale and offset of the two head-wide LayerNorms."""
         qkv = hidden_dim * 3 * hidden_dim + (3 * hidden_dim if self.use_bias else 0)
-        return qkv + hidden_dim * hidden_dim + hidden_dim
+        qk_norms = 2 * 2 * (hidden_dim // self.num_heads) if self.qk_norm else 0
+        return qkv + hidden_dim * hidden_dim + hidden_dim + qk_norms
 
     def check_width(self, hidden_dim):
         """Refuse a token width that the heads cannot share equally.
@@ -141,6 +164,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             hidden_dim, kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="proj"
         )
         self.output_projection.build(input_shape)
+        if self.qk_norm:
+            heads_shape = tuple(input_shape[:-1]) + (self.num_heads, self.head_dim)  # (B, T, H, Dh)
+            self.query_norm.build(heads_shape)
+            self.key_norm.build(heads_shape)
         self.built = True
 
     def model_parallel_error(self, kernel_layout):
@@ -199,7 +226,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def _split_heads(self, qkv):
         tokens = ops.shape(qkv)[1]
         qkv = ops.reshape(qkv, (-1, tokens, self.num_heads, 3, self.head_dim))  # (B, T, H, 3, Dh)
-        return qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]  # each (B, T, H, Dh)
+        query, key, value = qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]  # each (B, T, H, Dh)
+        if self.qk_norm:
+            query, key = self.query_norm(query), self.key_norm(key)  # over Dh, per head
+        return query, key, value
 
     def _explicit_attention(self, query, key, value, training):
         # Softmax in float32 so mixed precision does not lose the small logits.
@@ -216,6 +246,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         scores = None
         if return_attention_scores or needs_dropout:
             context, scores = self._explicit_attention(*self._split_heads(qkv), training)  # (B, T, H, Dh)
+        elif self.qk_norm:
+            # The fused path after the norms: the normalised q and k are no longer one qkv tensor.
+            context = ops.dot_product_attention(*self._split_heads(qkv), scale=self.scale)  # (B, T, H, Dh)
         else:
             # The fused path: keras.ops.dot_product_attention (torch: its
             # scaled_dot_product_attention without Keras' transposes).
@@ -247,6 +280,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "attention_dropout": self.attention_dropout,
                 "dropout": self.dropout,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "qk_norm": self.qk_norm,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
             }
         )
         return config

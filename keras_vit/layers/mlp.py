@@ -4,20 +4,26 @@ import keras
 from keras import ops
 
 from keras_vit.layers import fused
+from keras_vit.layers.activations import check_activation, get_activation
 from keras_vit.utils.values import check_count, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MLP(keras.layers.Layer):
-    """Dense, exact GELU, Dropout, Dense, Dropout (ViT's MLP block).
+    """Dense, GELU, Dropout, Dense, Dropout (ViT's MLP block).
 
-    The GELU uses the exact erf form, as the paper and the released
-    checkpoints do; the tanh approximation changes outputs at the 1e-4
-    level, which is enough to break parity with converted weights.
+    The GELU is the exact erf form by default, as the paper and the released
+    checkpoints use; the tanh approximation changes outputs at the 1e-4
+    level, which is enough to break parity with converted weights, so
+    checkpoints trained with another form (big_vision's SigLIP: tanh; OpenAI
+    CLIP: quick-GELU) name it with `activation`.
 
     Args:
         mlp_dim: int. Width of the hidden layer.
         dropout: float. Dropout after each Dense layer. Defaults to `0.0`.
+        activation: str. `"gelu"` (exact), `"gelu_tanh"` (tanh
+            approximation) or `"quick_gelu"` (`x * sigmoid(1.702 x)`).
+            Defaults to `"gelu"`.
         kernel_initializer: Initializer of the kernels. Defaults to
             `"glorot_uniform"`.
         **kwargs: Base layer keyword arguments.
@@ -30,12 +36,15 @@ class MLP(keras.layers.Layer):
         A tensor shaped like `inputs`.
     """
 
-    def __init__(self, mlp_dim, dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
+    def __init__(self, mlp_dim, dropout=0.0, kernel_initializer="glorot_uniform", activation="gelu", **kwargs):
         super().__init__(**kwargs)
         check_count(mlp_dim, "mlp_dim")
         check_rate(dropout, "dropout")
+        check_activation(activation)
         self.mlp_dim = mlp_dim
         self.dropout = dropout
+        self.activation = activation
+        self._activation_function = get_activation(activation)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.dropout1 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout1")
         self.dropout2 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout2")
@@ -65,7 +74,7 @@ class MLP(keras.layers.Layer):
         # is a Python round trip on eager torch).
         leading_shape = tuple(ops.shape(inputs)[:-1])
         x = ops.reshape(inputs, (-1, inputs.shape[-1]))
-        x = keras.activations.gelu(fused.dense(self.fc1, x), approximate=False)
+        x = self._activation_function(fused.dense(self.fc1, x))
         if self.dropout > 0:
             x = self.dropout1(x, training=training)
         x = fused.dense(self.fc2, x)
@@ -83,6 +92,7 @@ class MLP(keras.layers.Layer):
                 "mlp_dim": self.mlp_dim,
                 "dropout": self.dropout,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "activation": self.activation,
             }
         )
         return config

@@ -64,6 +64,13 @@ class PatchEncoder(keras.layers.Layer):
             Defaults to `True`.
         num_register_tokens: int. Learned register tokens inserted after the
             class token (Darcet et al., 2023). Defaults to `0`.
+        use_distillation_token: bool. DeiT's learned distillation token,
+            placed right after the class token (before any register
+            tokens), with a position-embedding row of its own as in timm's
+            `VisionTransformerDistilled`. Defaults to `False`.
+        projection_bias: bool. Whether the patch projection has a bias.
+            CLIP's has none (timm builds it without one when `pre_norm=True`).
+            Defaults to `True`.
         position_embedding: str. `"learned"` (a trainable table, the paper's
             default), `"sincos2d"` (fixed 2-D sine-cosine), or `"none"`.
             Defaults to `"learned"`.
@@ -104,6 +111,8 @@ class PatchEncoder(keras.layers.Layer):
         prefix_position_embedding=True,
         dropout=0.0,
         kernel_initializer="glorot_uniform",
+        use_distillation_token=False,
+        projection_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -118,16 +127,19 @@ class PatchEncoder(keras.layers.Layer):
         self.position_embedding = position_embedding
         self.prefix_position_embedding = bool(prefix_position_embedding)
         self.dropout = dropout
+        self.use_distillation_token = bool(use_distillation_token)
+        self.projection_bias = bool(projection_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.projection = keras.layers.Dense(
-            hidden_dim, kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="projection"
+            hidden_dim, use_bias=self.projection_bias, kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy, name="projection",
         )
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     @property
     def num_prefix_tokens(self):
         """Number of tokens placed before the patch tokens."""
-        return int(self.use_class_token) + self.num_register_tokens
+        return int(self.use_class_token) + int(self.use_distillation_token) + self.num_register_tokens
 
     def parameter_count(self, patch_features):
         """Weights this layer creates for patches of `patch_features` values on its `grid_size`.
@@ -143,7 +155,8 @@ class PatchEncoder(keras.layers.Layer):
         if self.position_embedding == "learned":
             position_rows = self.grid_size[0] * self.grid_size[1]
             position_rows += self.num_prefix_tokens if self.prefix_position_embedding else 0
-        return (patch_features + 1) * self.hidden_dim + (self.num_prefix_tokens + position_rows) * self.hidden_dim
+        projection = (patch_features + int(self.projection_bias)) * self.hidden_dim
+        return projection + (self.num_prefix_tokens + position_rows) * self.hidden_dim
 
     def _resolve_grid(self, num_patches):
         if self.grid_size is not None:
@@ -177,6 +190,12 @@ class PatchEncoder(keras.layers.Layer):
             self.class_token = self.add_weight(
                 shape=(1, 1, self.hidden_dim), initializer="zeros", name="class_token"
             )
+        if self.use_distillation_token:
+            self.distillation_token = self.add_weight(
+                shape=(1, 1, self.hidden_dim),
+                initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+                name="distillation_token",
+            )
         if self.num_register_tokens:
             self.register_tokens = self.add_weight(
                 shape=(1, self.num_register_tokens, self.hidden_dim),
@@ -201,6 +220,8 @@ class PatchEncoder(keras.layers.Layer):
         tokens = []
         if self.use_class_token:
             tokens.append(ops.cast(self.class_token, dtype))
+        if self.use_distillation_token:
+            tokens.append(ops.cast(self.distillation_token, dtype))
         if self.num_register_tokens:
             tokens.append(ops.cast(self.register_tokens, dtype))
         prefix = ops.concatenate(tokens, axis=1) if len(tokens) > 1 else tokens[0]
@@ -274,6 +295,8 @@ class PatchEncoder(keras.layers.Layer):
                 "prefix_position_embedding": self.prefix_position_embedding,
                 "dropout": self.dropout,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "use_distillation_token": self.use_distillation_token,
+                "projection_bias": self.projection_bias,
             }
         )
         return config

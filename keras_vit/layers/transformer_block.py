@@ -32,6 +32,10 @@ class TransformerBlock(keras.layers.Layer):
             `1e-6` (the paper's; Hugging Face configs use `1e-12`).
         use_qkv_bias: bool. Whether the qkv projection has a bias.
             Defaults to `True`.
+        activation: str. The MLP's activation: `"gelu"` (exact),
+            `"gelu_tanh"` or `"quick_gelu"`. Defaults to `"gelu"`.
+        qk_norm: bool. LayerNorm on each head's queries and keys (see
+            `MultiHeadSelfAttention`). Defaults to `False`.
         kernel_initializer: Initializer of the Dense kernels. Defaults to
             `"glorot_uniform"`.
         **kwargs: Base layer keyword arguments.
@@ -63,6 +67,8 @@ class TransformerBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-6,
         use_qkv_bias=True,
         kernel_initializer="glorot_uniform",
+        activation="gelu",
+        qk_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -74,6 +80,8 @@ class TransformerBlock(keras.layers.Layer):
         self.layer_scale_init = layer_scale_init
         self.layer_norm_epsilon = layer_norm_epsilon
         self.use_qkv_bias = use_qkv_bias
+        self.activation = activation
+        self.qk_norm = bool(qk_norm)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         policy = self.dtype_policy
         self.norm1 = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=policy, name="norm1")
@@ -83,11 +91,16 @@ class TransformerBlock(keras.layers.Layer):
             attention_dropout=attention_dropout,
             dropout=dropout,
             kernel_initializer=self.kernel_initializer,
+            qk_norm=qk_norm,
+            layer_norm_epsilon=layer_norm_epsilon,
             dtype=policy,
             name="attention",
         )
         self.norm2 = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=policy, name="norm2")
-        self.mlp = MLP(mlp_dim, dropout=dropout, kernel_initializer=self.kernel_initializer, dtype=policy, name="mlp")
+        self.mlp = MLP(
+            mlp_dim, dropout=dropout, kernel_initializer=self.kernel_initializer, activation=activation,
+            dtype=policy, name="mlp",
+        )
         self.drop_path1 = DropPath(drop_path, dtype=policy, name="drop_path1")
         self.drop_path2 = DropPath(drop_path, dtype=policy, name="drop_path2")
         self.layer_scale1 = self.layer_scale2 = None
@@ -164,6 +177,8 @@ class TransformerBlock(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "use_qkv_bias": self.use_qkv_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "activation": self.activation,
+                "qk_norm": self.qk_norm,
             }
         )
         return config

@@ -13,11 +13,12 @@ import keras
 from keras_vit.utils.values import is_int
 
 EncoderLayers = collections.namedtuple(
-    "EncoderLayers", ["preprocessing", "stem", "patches", "patch_encoder", "blocks", "final_norm"]
+    "EncoderLayers", ["preprocessing", "stem", "patches", "patch_encoder", "blocks", "final_norm", "pre_norm"],
+    defaults=(None,),
 )
-EncoderLayers.__doc__ = """The layer objects of a ViT encoder, in data-flow order.
+EncoderLayers.__doc__ = """The layer objects of a ViT encoder, in data-flow order (`pre_norm` after the patch encoder).
 
-`stem` and `final_norm` are `None` when the backbone has none.
+`stem`, `final_norm` and `pre_norm` are `None` when the backbone has none.
 """
 
 
@@ -30,6 +31,7 @@ def encoder_layers(backbone):
         patch_encoder=backbone.get_layer("patch_encoder"),
         blocks=[backbone.get_layer(f"transformer_block_{i}") for i in range(backbone.num_layers)],
         final_norm=backbone.get_layer("final_norm") if backbone.final_norm else None,
+        pre_norm=backbone.get_layer("pre_norm") if getattr(backbone, "pre_norm", False) else None,
     )
 
 
@@ -67,6 +69,8 @@ def encode(layers, images, blocks=(), attention_blocks=(), corruption=None, trai
         x = layers.patch_encoder(x, corruption=corruption, **flag)
     else:
         x = layers.patch_encoder(x, **flag)
+    if layers.pre_norm is not None:
+        x = layers.pre_norm(x)  # CLIP's ln_pre: the blocks see normalised embeddings
     outputs = {"embeddings": x}
     for index, block in enumerate(layers.blocks):
         if index in attention_blocks:

@@ -11,6 +11,9 @@ MODEL_SIZES = {
     "B": {"hidden_dim": 768, "num_layers": 12, "num_heads": 12, "mlp_dim": 3072},
     "L": {"hidden_dim": 1024, "num_layers": 24, "num_heads": 16, "mlp_dim": 4096},
     "H": {"hidden_dim": 1280, "num_layers": 32, "num_heads": 16, "mlp_dim": 5120},
+    # SigLIP's shape-optimised "So400m" (Alabdulmohsin et al., 2023): timm's
+    # `vit_so400m_*` (mlp_ratio 3.7362 of 1152 is 4304).
+    "So400m": {"hidden_dim": 1152, "num_layers": 27, "num_heads": 16, "mlp_dim": 4304},
 }
 PATCH_SIZES = (8, 14, 16, 32)
 
@@ -29,7 +32,7 @@ HYBRID_VARIANTS = {
     "R+ViT-Ti/16": {"size": "Ti", "patch_size": 8, "stem": {"stage_depths": ()}},
 }
 
-_VARIANT_PATTERN = re.compile(r"^(?:vit-)?(ti|s|b|l|h)/(\d+)$", re.IGNORECASE)
+_VARIANT_PATTERN = re.compile(r"^(?:vit-)?(ti|s|b|l|h|so400m)/(\d+)$", re.IGNORECASE)
 _HYBRID_LOOKUP = {name.lower(): name for name in HYBRID_VARIANTS}
 
 

@@ -3,6 +3,8 @@
 import keras
 import numpy as np
 
+from keras_vit.layers.activations import check_activation
+from keras_vit.layers.attention_pooling import AttentionPooling
 from keras_vit.layers.image_normalization import ImageNormalization
 from keras_vit.layers.patch_encoder import PatchEncoder
 from keras_vit.layers.patches import Patches, check_image_shape
@@ -44,9 +46,13 @@ class ViTBackbone(ViTModel, keras.Model):
     """Vision Transformer encoder: images in, normalised tokens out.
 
     The data path is `ImageNormalization -> [stem] -> Patches ->
-    PatchEncoder -> TransformerBlock x num_layers -> LayerNorm`. Raw pixels
-    go in (the preprocessing is part of the model); the output holds one
-    vector per token, the class (and register) tokens first.
+    PatchEncoder -> [pre-norm] -> TransformerBlock x num_layers -> LayerNorm`.
+    Raw pixels go in (the preprocessing is part of the model); the output
+    holds one vector per token, the class (distillation, register) tokens
+    first. With `attention_pooling=True` the backbone also owns a MAP head
+    (`AttentionPooling` over the patch tokens, SigLIP's pooled image
+    embedding): `pooled_model()` returns images -> pooled vector, and a
+    `ViTClassifier(pooling="map")` classifies from it.
     `feature_extractor()` gives every block's tokens and attention
     probabilities; `with_image_size()` a copy at another resolution.
 
@@ -83,6 +89,21 @@ class ViTBackbone(ViTModel, keras.Model):
         final_norm: bool. Apply a LayerNorm to the output tokens. Set to
             `False` for checkpoints that normalise after pooling instead
             (timm's `fc_norm`). Defaults to `True`.
+        pre_norm: bool. A LayerNorm on the embedded tokens before the first
+            block (CLIP's `ln_pre`, timm's `norm_pre`); the patch projection
+            then has no bias, as in CLIP. Defaults to `False`.
+        mlp_activation: str. The blocks' MLP activation: `"gelu"` (exact,
+            the paper's), `"gelu_tanh"` (big_vision's SigLIP, Hugging Face's
+            `gelu_pytorch_tanh`) or `"quick_gelu"` (OpenAI CLIP). Defaults
+            to `"gelu"`.
+        qk_norm: bool. LayerNorm on each head's queries and keys in every
+            block (timm's `qk_norm=True`). Defaults to `False`.
+        use_distillation_token: bool. DeiT's distillation token after the
+            class token; a `ViTClassifier` on this backbone gets DeiT's
+            second head. Defaults to `False`.
+        attention_pooling: bool. Own an `AttentionPooling` (MAP) head over
+            the patch tokens, the pooled embedding of SigLIP. Defaults to
+            `False`.
         pixel_scale: float. Pixels are multiplied by this first. Defaults
             to `1 / 255`.
         pixel_mean: float or tuple. Per-channel mean subtracted after
@@ -136,6 +157,11 @@ class ViTBackbone(ViTModel, keras.Model):
         layer_scale_init=None,
         use_qkv_bias=True,
         final_norm=True,
+        pre_norm=False,
+        mlp_activation="gelu",
+        qk_norm=False,
+        use_distillation_token=False,
+        attention_pooling=False,
         pixel_scale=1.0 / 255.0,
         pixel_mean=0.5,
         pixel_std=0.5,
@@ -157,6 +183,7 @@ class ViTBackbone(ViTModel, keras.Model):
         check_count(num_layers, "num_layers")
         check_rate(drop_path_rate, "drop_path_rate")
         check_image_transform(resize_mode, crop_fraction, interpolation, alpha)
+        check_activation(mlp_activation, "mlp_activation")
         for key, value in (("image_size", max(image_size)), ("num_channels", num_channels),
                            ("num_layers", num_layers)):
             check_limit(value, key)
@@ -196,6 +223,8 @@ class ViTBackbone(ViTModel, keras.Model):
             position_embedding=position_embedding,
             prefix_position_embedding=prefix_position_embedding,
             dropout=dropout,
+            use_distillation_token=use_distillation_token,
+            projection_bias=not pre_norm,  # CLIP's patch projection has no bias
             dtype=dtype,
             name="patch_encoder",
         )
@@ -212,6 +241,8 @@ class ViTBackbone(ViTModel, keras.Model):
                 layer_scale_init=layer_scale_init,
                 layer_norm_epsilon=layer_norm_epsilon,
                 use_qkv_bias=use_qkv_bias,
+                activation=mlp_activation,
+                qk_norm=qk_norm,
                 dtype=dtype,
                 name=f"transformer_block_{index}",
             )
@@ -226,24 +257,40 @@ class ViTBackbone(ViTModel, keras.Model):
                            ("tokens", patch_encoder.num_prefix_tokens + grid_size[0] * grid_size[1])):
             check_limit(value, key)
         first_block.attention.check_width(hidden_dim)
-        final_norm_parameters = 2 * hidden_dim if final_norm else 0  # a LayerNorm's scale and offset
+        final_norm_parameters = 2 * hidden_dim * (int(final_norm) + int(pre_norm))  # LayerNorms' scale and offset
+        attention_pool = None
+        if attention_pooling:
+            attention_pool = AttentionPooling(
+                num_heads, mlp_dim, layer_norm_epsilon=layer_norm_epsilon, activation=mlp_activation, dtype=dtype,
+                name="attention_pool",
+            )
         check_parameter_count(
             patch_encoder.parameter_count(patch_size[0] * patch_size[1] * feature_channels)
-            + num_layers * first_block.parameter_count(hidden_dim) + final_norm_parameters,
+            + num_layers * first_block.parameter_count(hidden_dim) + final_norm_parameters
+            + (attention_pool.parameter_count(hidden_dim) if attention_pool is not None else 0),
             "ViTBackbone",
         )
         blocks = [first_block] + [transformer_block(index) for index in range(1, num_layers)]
         norm = None
         if final_norm:
             norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
+        pre_norm_layer = None
+        if pre_norm:
+            pre_norm_layer = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="pre_norm")
         layers = EncoderLayers(preprocessing, stem, Patches(patch_size, dtype=dtype, name="patches"),
-                               patch_encoder, blocks, norm)
+                               patch_encoder, blocks, norm, pre_norm_layer)
         x = encode(layers, images)["output"]
 
         super().__init__(inputs=images, outputs=x, name=name, dtype=dtype, **kwargs)
         # Shape errors are raised by the preprocessing and Patches layers with
         # messages that say how to fix them, instead of Keras' generic one.
         self.input_spec = None
+        # The MAP head is not on the token output's path, so it is tracked as an attribute: its
+        # weights are the backbone's (saved, counted, converted), and `pooled_model` and a
+        # `ViTClassifier(pooling="map")` call it on the tokens.
+        self.attention_pool = attention_pool
+        if attention_pool is not None:
+            attention_pool.build((None, grid_size[0] * grid_size[1], hidden_dim))
 
         # === Config ===
         self.image_size = image_size
@@ -264,6 +311,11 @@ class ViTBackbone(ViTModel, keras.Model):
         self.layer_scale_init = layer_scale_init
         self.use_qkv_bias = use_qkv_bias
         self.final_norm = final_norm
+        self.pre_norm = bool(pre_norm)
+        self.mlp_activation = mlp_activation
+        self.qk_norm = bool(qk_norm)
+        self.use_distillation_token = bool(use_distillation_token)
+        self.attention_pooling = bool(attention_pooling)
         self.pixel_scale = pixel_scale
         self.pixel_mean = pixel_mean
         self.pixel_std = pixel_std
@@ -274,7 +326,47 @@ class ViTBackbone(ViTModel, keras.Model):
         self.alpha = alpha
         self.stem = stem
         self.grid_size = grid_size
-        self.num_prefix_tokens = int(use_class_token) + num_register_tokens
+        self.num_prefix_tokens = patch_encoder.num_prefix_tokens
+
+    def pool(self, tokens, training=None, return_attention_scores=False):
+        """The attention-pooled embedding of this backbone's output tokens (needs `attention_pooling=True`).
+
+        The MAP head pools the patch tokens only, leaving out any prefix
+        tokens, as timm does.
+
+        Args:
+            tokens: tensor `(batch, tokens, hidden_dim)`, this backbone's output.
+            training: bool. Passed to the head.
+            return_attention_scores: bool. Also return the probe's attention
+                over the patches, `(batch, num_heads, num_patches)`.
+
+        Returns:
+            A tensor `(batch, hidden_dim)`, or `(pooled, scores)`.
+        """
+        if self.attention_pool is None:
+            raise ValueError(
+                "This backbone has no attention-pooling head (attention_pooling=False). Build it with "
+                "`attention_pooling=True`, or pool its tokens with `keras_vit.layers.TokenPooling`."
+            )
+        return self.attention_pool(tokens[:, self.num_prefix_tokens:], training=training,
+                                   return_attention_scores=return_attention_scores)
+
+    def pooled_model(self, name=None):
+        """A functional model from raw images to this backbone's attention-pooled embedding.
+
+        It shares this backbone's layers and weights; SigLIP's image
+        embedding (before any projection) is its output.
+
+        Args:
+            name: str or `None`. Defaults to `"{backbone name}_pooled"`.
+
+        Returns:
+            A `keras.Model`, images -> `(batch, hidden_dim)`.
+        """
+        images = keras.Input(shape=self.image_size + (self.num_channels,), name="images")
+        model = keras.Model(images, self.pool(self(images)), name=name or f"{self.name}_pooled")
+        model.input_spec = None
+        return model
 
     def set_image_transform(self, **fields):
         """Change the evaluation transform (`resize_mode`, `crop_fraction`, `interpolation`, `alpha`).
@@ -436,6 +528,11 @@ class ViTBackbone(ViTModel, keras.Model):
             "layer_scale_init": self.layer_scale_init,
             "use_qkv_bias": self.use_qkv_bias,
             "final_norm": self.final_norm,
+            "pre_norm": self.pre_norm,
+            "mlp_activation": self.mlp_activation,
+            "qk_norm": self.qk_norm,
+            "use_distillation_token": self.use_distillation_token,
+            "attention_pooling": self.attention_pooling,
             "pixel_scale": self.pixel_scale,
             "pixel_mean": self.pixel_mean,
             "pixel_std": self.pixel_std,

@@ -6,7 +6,7 @@ import numpy as np
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.models.base import ViTModel
 from keras_vit.models.vit_backbone import ViTBackbone, check_images_rank, check_parameter_count
-from keras_vit.utils.values import check_count, check_optional_count, check_rate
+from keras_vit.utils.values import check_choice, check_count, check_optional_count, check_rate
 
 # The one named class list; `keras_vit.decode_predictions` reads its names.
 NAMED_CLASS_LISTS = {"imagenet-1k": 1000}
@@ -38,6 +38,25 @@ def check_class_names(class_names, num_classes):
     return list(class_names)
 
 
+def check_pooling_fits_backbone(pooling, backbone, representation_size, pooled_norm):
+    """Refuse a pooling the backbone cannot give, and a head DeiT's two heads cannot share."""
+    check_choice(pooling, ("token", "gap", "map"), "pooling")
+    if pooling == "map" and not backbone.attention_pooling:
+        raise ValueError(
+            'pooling="map" pools with the backbone\'s attention-pooling head, but this backbone has none. Build '
+            "the backbone with `attention_pooling=True` (`ViTClassifier.from_variant(..., pooling='map')` does), "
+            "or use pooling='token' or 'gap'."
+        )
+    if backbone.use_distillation_token and (pooling != "token" or representation_size or pooled_norm):
+        raise ValueError(
+            "A backbone with a distillation token gets DeiT's two heads, on the class token and on the "
+            "distillation token, with nothing between tokens and heads: use pooling='token', no "
+            "representation_size and no pooled_norm, or build the backbone with use_distillation_token=False. "
+            f"Received: pooling={pooling!r}, representation_size={representation_size!r}, "
+            f"pooled_norm={pooled_norm!r}"
+        )
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ViTClassifier(ViTModel, keras.Model):
     """A ViT backbone, a pooling of its tokens, and a classification head.
@@ -50,8 +69,10 @@ class ViTClassifier(ViTModel, keras.Model):
     Args:
         backbone: `ViTBackbone`. The encoder.
         num_classes: int. Number of classes.
-        pooling: str. `"token"` (class token, the paper's default) or
-            `"gap"` (mean of the patch tokens). Defaults to `"token"`.
+        pooling: str. `"token"` (class token, the paper's default),
+            `"gap"` (mean of the patch tokens) or `"map"` (the backbone's
+            attention-pooling head, SigLIP's; needs a backbone built with
+            `attention_pooling=True`). Defaults to `"token"`.
         representation_size: int or `None`. Width of the `tanh` pre-logits
             layer; `None` leaves it out. Defaults to `None`.
         pooled_norm: bool. Apply a LayerNorm after pooling (timm's
@@ -73,6 +94,11 @@ class ViTClassifier(ViTModel, keras.Model):
             model. Defaults to the global policy.
 
     Example:
+
+    A backbone with DeiT's distillation token gets DeiT's two heads: `head`
+    on the class token and `head_distillation` on the distillation token,
+    their logits averaged (DeiT's inference rule); `head_outputs_model()`
+    gives each on its own.
 
     >>> model = keras_vit.ViTClassifier.from_variant("ViT-Ti/16", image_size=32, num_classes=10)
     >>> model.compile(optimizer="adamw", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
@@ -110,10 +136,15 @@ class ViTClassifier(ViTModel, keras.Model):
         check_parameter_count(backbone.hidden_dim * num_classes, "ViTClassifier head")
         num_prefix_tokens = backbone.num_prefix_tokens
 
+        check_pooling_fits_backbone(pooling, backbone, representation_size, pooled_norm)
+
         # === Layers ===
         images = keras.Input(shape=backbone.input_shape[1:], name="images")
-        x = backbone(images)
-        x = TokenPooling(pooling, num_prefix_tokens=num_prefix_tokens, dtype=dtype, name="pooling")(x)
+        tokens = x = backbone(images)
+        if pooling == "map":
+            x = backbone.pool(x)
+        else:
+            x = TokenPooling(pooling, num_prefix_tokens=num_prefix_tokens, dtype=dtype, name="pooling")(x)
         if pooled_norm:
             x = keras.layers.LayerNormalization(epsilon=backbone.layer_norm_epsilon, dtype=dtype, name="fc_norm")(x)
         if representation_size is not None:
@@ -122,6 +153,15 @@ class ViTClassifier(ViTModel, keras.Model):
         x = keras.layers.Dense(
             num_classes, kernel_initializer="zeros", bias_initializer="zeros", dtype=dtype, name="head"
         )(x)
+        if backbone.use_distillation_token:
+            # DeiT: a second head on the distillation token (right after the class token); at
+            # inference the two heads' logits are averaged.
+            distilled = keras.layers.Dropout(head_dropout, dtype=dtype, name="head_distillation_dropout")(tokens[:, 1])
+            distilled = keras.layers.Dense(
+                num_classes, kernel_initializer="zeros", bias_initializer="zeros", dtype=dtype,
+                name="head_distillation",
+            )(distilled)
+            x = keras.layers.Average(dtype=dtype, name="heads_average")([x, distilled])
         # float32 outputs keep the loss stable under mixed precision.
         outputs = keras.layers.Activation(activation, dtype="float32", name="predictions")(x)
 
@@ -141,6 +181,27 @@ class ViTClassifier(ViTModel, keras.Model):
     def call(self, inputs, training=None, mask=None, **kwargs):
         check_images_rank(inputs)
         return super().call(inputs, training=training, mask=mask, **kwargs)
+
+    def head_outputs_model(self, name=None):
+        """A model from raw images to the logits of each head on its own.
+
+        For DeiT's two heads (a backbone with `use_distillation_token`):
+        `{"head": ..., "head_distillation": ...}`, each `(batch,
+        num_classes)` logits; this classifier outputs the activation of
+        their mean. A single-head classifier gives `{"head": ...}`.
+
+        Args:
+            name: str or `None`. Defaults to `"{model name}_heads"`.
+
+        Returns:
+            A `keras.Model` with dict outputs, sharing this model's weights.
+        """
+        outputs = {"head": self.get_layer("head").output}
+        if self.backbone.use_distillation_token:
+            outputs["head_distillation"] = self.get_layer("head_distillation").output
+        model = keras.Model(self.inputs[0], outputs, name=name or f"{self.name}_heads")
+        model.input_spec = None
+        return model
 
     @classmethod
     def from_variant(cls, variant, **overrides):
@@ -168,6 +229,8 @@ class ViTClassifier(ViTModel, keras.Model):
             (head_config if key in head_arguments else backbone_config)[key] = value
         if "dtype" in head_config:
             backbone_config["dtype"] = head_config["dtype"]
+        if head_config.get("pooling") == "map":
+            backbone_config.setdefault("attention_pooling", True)  # the MAP head's weights are the backbone's
         backbone = ViTBackbone.from_variant(variant, **backbone_config)
         return cls(backbone=backbone, **head_config)
 
@@ -236,7 +299,7 @@ class ViTClassifier(ViTModel, keras.Model):
         # The head's own policies (a DTypePolicyMap naming its int8 layers), so that their weights fit.
         config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         model = type(self)(backbone=backbone, **config)
-        for name in ("fc_norm", "pre_logits") + (("head",) if copy_head else ()):
+        for name in ("fc_norm", "pre_logits") + (("head", "head_distillation") if copy_head else ()):
             if any(layer.name == name for layer in self.layers):
                 model.get_layer(name).set_weights(self.get_layer(name).get_weights())
         return model

@@ -102,13 +102,19 @@ CONFIG_KEYS = {
 }
 OPTIONAL_KEYS = {"name": _or_null(_TEXT), "dtype": _DTYPE_POLICY}
 # Keys a model's config gained after format 1, absent from the presets written before: their defaults
-# build the same weights and the transform every model had then.
+# build the same weights and the transform every model had then (the evaluation transform of issue 47;
+# the parts of later ViT families of issue 48: off, exact GELU).
 LATER_KEYS = {
     "ViTBackbone": {
         "resize_mode": lambda value, name: check_choice(value, RESIZE_MODES, name),
         "crop_fraction": functools.partial(check_rate, include_zero=False, include_one=True),
         "interpolation": lambda value, name: check_choice(value, IMAGE_INTERPOLATIONS, name),
         "alpha": lambda value, name: check_choice(value, ALPHA_RULES, name),
+        "pre_norm": _BOOL,
+        "mlp_activation": _TEXT,
+        "qk_norm": _BOOL,
+        "use_distillation_token": _BOOL,
+        "attention_pooling": _BOOL,
     },
 }
 _RESAVE = "Restore it, or save the model again with `save_to_preset`."

@@ -83,7 +83,8 @@ def representation_model(model):
 
     Args:
         model: `ViTClassifier` (its input to the head: pooled token after
-            any `fc_norm` / pre-logits layer), `ViTBackbone` (its class
+            any `fc_norm` / pre-logits layer), `ViTBackbone` (its
+            attention-pooled embedding when it has a MAP head, else its class
             token, or the mean of the patch tokens without one), or
             `MaskedPatchPredictor` (its backbone's).
 
@@ -94,6 +95,8 @@ def representation_model(model):
         return keras.Model(model.inputs, model.get_layer("head_dropout").output, name="pre_logits")
     if isinstance(model, MaskedPatchPredictor):
         model = model.backbone
+    if isinstance(model, ViTBackbone) and model.attention_pooling:
+        return model.pooled_model(name="pre_logits")  # SigLIP: the MAP head's pooled embedding is the feature
     if isinstance(model, ViTBackbone):
         pooling = "token" if model.use_class_token else "gap"
         pooled = TokenPooling(pooling, num_prefix_tokens=model.num_prefix_tokens, name="pooling")(model.outputs[0])

@@ -109,8 +109,13 @@ def test_unknown_key(state_dict):
     extra = dict(state_dict, **{"blocks.0.attn.extra.weight": np.zeros((2,), np.float32)})
     with pytest.raises(ValueError, match=r"cannot use: \['blocks\.0\.attn\.extra\.weight'\]"):
         from_timm(extra, num_heads=2)
+    # A part keras_vit's ViT does not implement is named (pre-norm, qk-norm, MAP are implemented: issue 48).
+    scaled = dict(state_dict, **{"blocks.0.attn.norm.weight": np.ones((16,), np.float32)})
+    with pytest.raises(ValueError, match="attention output normalisation"):
+        from_timm(scaled, num_heads=2)
+    # An implemented part whose tensors are incomplete is a missing tensor.
     clip = dict(state_dict, **{"norm_pre.weight": np.ones((16,), np.float32)})
-    with pytest.raises(ValueError, match="pre-encoder LayerNorm"):
+    with pytest.raises(ValueError, match=r"lacks tensors the model needs: \['norm_pre\.bias'\]"):
         from_timm(clip, num_heads=2)
 
 

@@ -46,6 +46,20 @@ CASES = {
     ),
     "token_pooling_gap": (layers.TokenPooling, {"pooling": "gap", "num_prefix_tokens": 2}, (2, 6, 8), (2, 8), 0),
     "token_pooling_token": (layers.TokenPooling, {"pooling": "token"}, (2, 6, 8), (2, 8), 0),
+    # The parts of SigLIP, CLIP, DINOv2, DeiT and qk-norm ViTs (issue 48).
+    "attention_qk_norm": (layers.MultiHeadSelfAttention, {"num_heads": 2, "qk_norm": True}, (2, 5, 8), (2, 5, 8), 8),
+    "mlp_quick_gelu": (layers.MLP, {"mlp_dim": 16, "activation": "quick_gelu"}, (2, 5, 8), (2, 5, 8), 4),
+    "mlp_gelu_tanh": (layers.MLP, {"mlp_dim": 16, "activation": "gelu_tanh"}, (2, 5, 8), (2, 5, 8), 4),
+    "transformer_block_qk_norm_quick_gelu": (
+        layers.TransformerBlock, {"num_heads": 2, "mlp_dim": 16, "qk_norm": True, "activation": "quick_gelu"},
+        (2, 5, 8), (2, 5, 8), 16,
+    ),
+    # probe, q and kv and proj (kernel + bias each), the LayerNorm, the MLP's two Dense layers
+    "attention_pooling": (layers.AttentionPooling, {"num_heads": 2, "mlp_dim": 16}, (2, 5, 8), (2, 8), 13),
+    "patch_encoder_distillation_no_bias": (
+        layers.PatchEncoder, {"hidden_dim": 8, "use_distillation_token": True, "projection_bias": False},
+        (2, 4, 12), (2, 6, 8), 4,
+    ),
 }
 
 # Layers whose call takes more than the one input tensor, or returns more than one.
@@ -65,6 +79,16 @@ MULTI_CASES = {
     "attention_scores": dict(
         layer_class=layers.MultiHeadSelfAttention, init_kwargs={"num_heads": 2}, input_shape=(2, 5, 8),
         expected_output_shape=[(2, 5, 8), (2, 2, 5, 5)], expected_num_trainable_weights=4,
+        call_kwargs={"return_attention_scores": True},
+    ),
+    "attention_qk_norm_scores": dict(
+        layer_class=layers.MultiHeadSelfAttention, init_kwargs={"num_heads": 2, "qk_norm": True},
+        input_shape=(2, 5, 8), expected_output_shape=[(2, 5, 8), (2, 2, 5, 5)], expected_num_trainable_weights=8,
+        call_kwargs={"return_attention_scores": True},
+    ),
+    "attention_pooling_scores": dict(
+        layer_class=layers.AttentionPooling, init_kwargs={"num_heads": 2, "mlp_dim": 16}, input_shape=(2, 5, 8),
+        expected_output_shape=[(2, 8), (2, 2, 5)], expected_num_trainable_weights=13,
         call_kwargs={"return_attention_scores": True},
     ),
     "transformer_block_attention_scores": dict(
