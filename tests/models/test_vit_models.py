@@ -78,7 +78,8 @@ def test_backbone_config_round_trip_and_variants():
     rebuilt = keras_vit.ViTBackbone.from_config(backbone.get_config())
     assert rebuilt.get_config() == backbone.get_config()
     assert keras_vit.parse_variant("B/16") == keras_vit.parse_variant("ViT-B/16")
-    assert len(keras_vit.variant_names()) == 20
+    # Table 1's five sizes and SigLIP's So400m shape, each at patch 8, 14, 16 and 32.
+    assert len(keras_vit.variant_names()) == 24 and "ViT-So400m/14" in keras_vit.variant_names()
 
 
 def test_fit_trains_and_reduces_loss():
