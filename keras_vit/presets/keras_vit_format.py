@@ -26,8 +26,11 @@ import keras
 import numpy as np
 
 from keras_vit.convert.io import CONFIG_FILE, read_json_file
+from keras_vit.layers.activations import ACTIVATIONS
+from keras_vit.layers.patch_encoder import POSITION_EMBEDDINGS
 from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier
 from keras_vit.models.base import dtype_policy_from_config
+from keras_vit.models.masked_patch_predictor import TARGETS
 from keras_vit.models.vit_classifier import check_class_names
 from keras_vit.utils.checks import check_weights_file
 from keras_vit.utils.files import Destination, claim, quote, write_json_file, write_model_file
@@ -69,6 +72,19 @@ _DTYPE_POLICY = _json_type(lambda value: value is None or isinstance(value, str)
     isinstance(value, dict) and isinstance(value.get("class_name"), str) and isinstance(value.get("config"), dict)),
     "null, a dtype policy name or a serialized dtype policy")
 _COUNT = check_count
+
+
+def _is_keras_activation(value):
+    try:
+        keras.activations.get(value)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+# The classifier passes its `activation` to `keras.layers.Activation`: a name Keras knows.
+_ACTIVATION = _json_type(lambda value: isinstance(value, str) and _is_keras_activation(value),
+                         "null or the name of a Keras activation (\"softmax\", \"sigmoid\", \"linear\", ...)")
 _NUMBER = check_number
 _RATE = check_rate
 _FRACTION = functools.partial(check_rate, include_one=True)  # the masked patch predictor's rates
@@ -86,17 +102,18 @@ CONFIG_KEYS = {
         "image_size": to_pair, "patch_size": to_pair, "num_channels": _COUNT, "hidden_dim": _COUNT,
         "num_layers": _COUNT, "num_heads": _COUNT, "mlp_dim": _COUNT, "dropout": _RATE, "attention_dropout": _RATE,
         "drop_path_rate": _RATE, "layer_norm_epsilon": check_positive_number, "use_class_token": _BOOL,
-        "num_register_tokens": functools.partial(check_count, minimum=0), "position_embedding": _TEXT,
+        "num_register_tokens": functools.partial(check_count, minimum=0), "position_embedding": lambda value, name: check_choice(value, POSITION_EMBEDDINGS, name),
         "prefix_position_embedding": _BOOL, "layer_scale_init": _or_null(_NUMBER), "use_qkv_bias": _BOOL,
         "final_norm": _BOOL, "pixel_scale": _NUMBER, "pixel_mean": per_channel,
         "pixel_std": functools.partial(per_channel, positive=True), "stem": _LAYER,
     },
     "ViTClassifier": {
-        "num_classes": _COUNT, "pooling": _TEXT, "representation_size": check_optional_count, "pooled_norm": _BOOL,
-        "head_dropout": _RATE, "activation": _or_null(_TEXT),
+        "num_classes": _COUNT, "pooling": lambda value, name: check_choice(value, ("token", "gap", "map"), name), "representation_size": check_optional_count, "pooled_norm": _BOOL,
+        "head_dropout": _RATE, "activation": _or_null(_ACTIVATION),
     },
     "MaskedPatchPredictor": {
-        "corruption_rate": _FRACTION, "mask_rate": _FRACTION, "random_rate": _FRACTION, "target": _TEXT,
+        "corruption_rate": _FRACTION, "mask_rate": _FRACTION, "random_rate": _FRACTION,
+        "target": lambda value, name: check_choice(value, TARGETS, name),
         "color_bits": _COUNT, "seed": _or_null(_json_type(is_int, "an integer")),
     },
 }
@@ -111,7 +128,7 @@ LATER_KEYS = {
         "interpolation": lambda value, name: check_choice(value, IMAGE_INTERPOLATIONS, name),
         "alpha": lambda value, name: check_choice(value, ALPHA_RULES, name),
         "pre_norm": _BOOL,
-        "mlp_activation": _TEXT,
+        "mlp_activation": lambda value, name: check_choice(value, ACTIVATIONS, name),
         "qk_norm": _BOOL,
         "use_distillation_token": _BOOL,
         "attention_pooling": _BOOL,

@@ -58,7 +58,7 @@ def _nothing(value):
 
 
 # What each key of a preset's config.json takes (the constructors' documented arguments). Every key is
-# required but these: `name` and `dtype` have harmless defaults, `class_names` came after format 1.
+# required but those in OPTIONAL below.
 ACCEPTS = {
     "format_version": lambda value: _int(value) and value == 1,
     "class_name": _nothing, "config": _nothing, "backbone": _nothing,
@@ -79,7 +79,7 @@ ACCEPTS = {
     "use_qkv_bias": lambda value: isinstance(value, bool), "final_norm": lambda value: isinstance(value, bool),
     "pooled_norm": lambda value: isinstance(value, bool),
     "position_embedding": lambda value: value in ("learned", "sincos2d", "none"),
-    "pooling": lambda value: value in ("token", "gap"),
+    "pooling": lambda value: value in ("token", "gap", "map"),
     "target": lambda value: value in ("mean_color", "mean_color_4x4", "pixels"),
     "activation": lambda value: value is None or value in ("softmax", "sigmoid", "linear"),
     "class_names": lambda value: value is None,  # or one name per class: never among the damages
@@ -87,8 +87,20 @@ ACCEPTS = {
     "seed": lambda value: value is None or _int(value),
     "name": lambda value: value is None or isinstance(value, str),
     "dtype": lambda value: value is None or value in ("float32", "bfloat16", "mixed_bfloat16"),
+    # The evaluation transform (issue 47) and the later families' parts (issue 48).
+    "resize_mode": lambda value: value in ("center_crop", "stretch"),
+    "crop_fraction": lambda value: _number(value) and 0 < value <= 1,
+    "interpolation": lambda value: value in ("bicubic", "bilinear", "nearest"),
+    "alpha": lambda value: value in ("white", "drop"),
+    "mlp_activation": lambda value: value in ("gelu", "gelu_tanh", "quick_gelu"),
+    "pre_norm": lambda value: isinstance(value, bool), "qk_norm": lambda value: isinstance(value, bool),
+    "use_distillation_token": lambda value: isinstance(value, bool),
+    "attention_pooling": lambda value: isinstance(value, bool),
 }
-OPTIONAL = ("name", "dtype", "class_names")
+# Missing is harmless for these: `name` and `dtype` have defaults, and the others came after format 1, so
+# presets written before them lack them and their defaults rebuild those presets' models.
+OPTIONAL = ("name", "dtype", "class_names", "resize_mode", "crop_fraction", "interpolation", "alpha",
+            "mlp_activation", "pre_norm", "qk_norm", "use_distillation_token", "attention_pooling")
 
 
 @pytest.fixture(scope="module")

@@ -54,8 +54,12 @@ def _sweep(tensors, convert):
 
 @pytest.mark.parametrize(
     "source",
-    # The hybrids build a ResNet stem per mutation that passes the early checks: slow.
-    [pytest.param(name, marks=pytest.mark.slow) if "hybrid" in name else name for name in _sources()],
+    # The hybrids build a ResNet stem per mutation that passes the early checks: slow (48 s and 34 s on the
+    # TensorFlow pass). Whether a mutation is refused is decided by the strict name map's shape and dtype checks
+    # on numpy arrays (convert/model_map.py), the same on every backend: they run in the torch pass only.
+    [pytest.param(name, marks=[pytest.mark.slow, pytest.mark.one_backend(
+        "the name map checks numpy arrays; the backend only builds the stem")]) if "hybrid" in name else name
+     for name in _sources()],
 )
 def test_every_tensor_mutation_is_refused(source):
     read, convert = _sources()[source]
