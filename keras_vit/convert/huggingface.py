@@ -15,7 +15,7 @@ import numpy as np
 from keras_vit.convert import class_names
 from keras_vit.convert.exported_transform import huggingface_processor
 from keras_vit.convert.io import write_safetensors
-from keras_vit.convert.huggingface_families import FAMILIES, from_huggingface_family
+from keras_vit.convert.huggingface_families import FAMILIES, from_huggingface_family, fused_qkv
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.utils.files import Destination, claim, write_json_file
 from keras_vit.utils.values import IMAGE_INTERPOLATIONS, is_int
@@ -110,13 +110,7 @@ def huggingface_to_timm(state_dict):
             f"The Hugging Face checkpoint has tensors keras_vit does not know: {sorted(unknown)}. "
             "Only ViTModel and ViTForImageClassification checkpoints are supported."
         )
-    for (index, param), qkv in parts.items():
-        if set(qkv) != {"q", "k", "v"}:
-            raise ValueError(
-                f"Layer {index} of the Hugging Face checkpoint has only {sorted(qkv)} of its query/key/value {param}s."
-            )
-        # timm's fused qkv stacks the q, k and v rows; its columns split q|k|v.
-        out[f"blocks.{index}.attn.qkv.{param}"] = np.concatenate([qkv["q"], qkv["k"], qkv["v"]], axis=0)
+    out.update(fused_qkv(parts))
     return out, sorted(ignored)
 
 

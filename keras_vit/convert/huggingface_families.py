@@ -100,11 +100,30 @@ def family_to_timm(state_dict):
             f"The Hugging Face checkpoint has tensors keras_vit does not know: {sorted(unknown)[:8]}. Supported: "
             "SiglipVisionModel, CLIPVisionModel, Dinov2Model and Dinov2WithRegistersModel (their vision towers)."
         )
-    for (index, param), parts in qkv.items():
-        if set(parts) != {"q", "k", "v"}:
-            raise ValueError(f"Layer {index} of the Hugging Face checkpoint has only {sorted(parts)} of q/k/v {param}s.")
-        out[f"blocks.{index}.attn.qkv.{param}"] = np.concatenate([parts["q"], parts["k"], parts["v"]], axis=0)
+    out.update(fused_qkv(qkv))
     return out, sorted(ignored)
+
+
+def fused_qkv(separate):
+    """timm's fused `blocks.{i}.attn.qkv.{param}` from Hugging Face's separate query, key and value tensors.
+
+    Args:
+        separate: dict. `{(block index, "weight" | "bias"): {"q": array, "k": array, "v": array}}`.
+
+    Returns:
+        A dict of timm names to arrays: q, k and v rows stacked in that order (timm splits its columns q|k|v).
+
+    Raises:
+        ValueError: a block lacks one of the three, naming it.
+    """
+    fused = {}
+    for (index, param), parts in separate.items():
+        if set(parts) != {"q", "k", "v"}:
+            raise ValueError(
+                f"Layer {index} of the Hugging Face checkpoint has only {sorted(parts)} of its query/key/value {param}s."
+            )
+        fused[f"blocks.{index}.attn.qkv.{param}"] = np.concatenate([parts["q"], parts["k"], parts["v"]], axis=0)
+    return fused
 
 
 def from_huggingface_family(config, state_dict, *, preprocessing, image_size=None, interpolation="bicubic",
