@@ -292,15 +292,17 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
         default length was cut to `MAX_PASSES` passes), `asked_images_per_update`
         (the recipe's or `effective_batch_size`; `None` without
         accumulation) and `smaller_update` (why the update holds fewer
-        images than that, or `None`).
+        images than that, or `None`; `update_cut_by` names the cause,
+        `"small folder"` or `"short epoch"`).
     """
     check_run_length(epochs, steps)
     batches_per_pass = max(1, math.ceil(num_images / batch_size))
     asked = RECIPES[recipe]["effective_batch_size"] if effective_batch_size == "recipe" else effective_batch_size
     accumulation = recipe_accumulation(recipe, batch_size, effective_batch_size)
-    smaller = None
+    smaller, cut_by = None, None
     if effective_batch_size == "recipe" and accumulation > max(1, batches_per_pass // MIN_UPDATES_PER_PASS):
         accumulation = max(1, batches_per_pass // MIN_UPDATES_PER_PASS)
+        cut_by = "small folder"
         smaller = (f"the recipe's {asked}-image update cut to a tenth of the {num_images} training images, in whole "
                    "batches")
     passes, capped = 1, False
@@ -314,6 +316,7 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
         passes = max(1, math.ceil(epoch_batches * batch_size / num_images))
     batches = max(1, math.ceil(passes * num_images / batch_size))
     if accumulation > batches:  # an update never spans epochs (Keras' accumulators would carry across them)
+        cut_by = "short epoch"
         smaller = (f"an update of {asked} images would span {math.ceil(asked / batch_size)} batches and an epoch "
                    f"has {batches}: an update does not span epochs")
         accumulation = batches
@@ -325,7 +328,7 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
             "dropped_batches": batches - steps_per_epoch,
             "images_per_update": min(num_images * passes, accumulation * batch_size), "updates": updates,
             "capped": capped, "asked_images_per_update": asked if accumulation > 1 or smaller else None,
-            "smaller_update": smaller}
+            "smaller_update": smaller, "update_cut_by": cut_by}
 
 
 class RepeatedFolder(ImageFolderDataset):
@@ -402,8 +405,7 @@ def warn_about_update_size(plan, recipe, learning_rate):
     warned about; an update cut because an epoch is shorter than it is.
     """
     asked = plan["asked_images_per_update"]
-    if (not asked or plan["images_per_update"] * 4 > asked or not plan["smaller_update"]
-            or plan["smaller_update"].startswith("the recipe's")):
+    if not asked or plan["images_per_update"] * 4 > asked or plan["update_cut_by"] != "short epoch":
         return
     rate = RECIPES[recipe]["learning_rate"] if learning_rate is None else learning_rate
     notices.warn(
