@@ -5,6 +5,7 @@ learned less than a linear probe of the same features.
 """
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -182,3 +183,20 @@ def test_a_tiny_folder_is_bounded_by_passes_as_well_as_updates():
         assert plan["epochs"] >= min(MIN_EVALUATIONS, plan["updates"]) // 2, (images, plan)
     assert plan_updates(5000)["updates"] >= DEFAULT_UPDATES  # a large folder still makes the paper's 500
     assert plan_updates(18, steps=500)["updates"] >= 500  # asked for: as asked
+
+
+@pytest.mark.one_backend("the plan and its warning are arithmetic on counts")
+def test_a_recipe_rate_on_an_update_4x_smaller_than_its_own_is_warned_about_and_the_small_folder_cut_is_not():
+    from keras_vit.workflows.finetuning import warn_about_update_size
+    from keras_vit.workflows.notices import KerasViTWarning
+
+    # 10 epochs of 96 images asked for updates of 512: each update is one epoch's 96 images, 5.3x fewer.
+    short_epoch = plan_updates(96, epochs=10, effective_batch_size=512)
+    with pytest.warns(KerasViTWarning, match="Updates of 96 images instead of 512.*5.3x more"):
+        warn_about_update_size(short_epoch, "paper", None)
+    # The recipe's 512 cut to a tenth of a small folder is said in the plan line, measured, and not warned about.
+    small_folder = plan_updates(96)
+    assert small_folder["update_cut_by"] == "small folder", small_folder
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KerasViTWarning)
+        warn_about_update_size(small_folder, "paper", None)
