@@ -821,8 +821,9 @@ def recover_abandoned(path):
 
     Where the system has no atomic exchange, a swap moves the old directory
     aside before moving the new one in; a kill between leaves no directory
-    at `path`, and this moves the newest retired one back. Called by saves
-    of `path`, never by a load.
+    at `path`, and this moves the newest retired one back (only keras_vit's:
+    a directory with our marker, never a link). Called by saves of `path`,
+    never by a load.
     """
     path = os.path.abspath(os.fspath(path))
     parent, base = os.path.split(path)
@@ -840,70 +841,49 @@ def recover_abandoned(path):
             os.remove(entry)  # a temporary file: never a user's name
 
 
-def interrupted_save(path):
-    """The old copy a killed save left beside a missing `path`, or `None`.
+def killed_save_copies(path):
+    """What a killed save of a missing `path` left beside it: `(restorable, not_ours)`.
 
     Where the system has no atomic exchange, a save moves the old directory
-    aside (`.NAME.keras_vit-...old`) before moving the new one in; a kill
-    between the two leaves `path` missing. The newest such copy of an ended
-    process on this host is returned, for a save to move back and for a
-    load to put back (see `recover_for_reading`).
+    aside (`.NAME.keras_vit-HOST-PID-RANDOM.old`) before moving the new one
+    in; a kill between the two leaves `path` missing. Only entries under
+    that name of an ended process on this host (and PID namespace) count.
+
+    Returns:
+        `restorable`: the newest such copy that is keras_vit's (a directory,
+        not a link, with a keras_vit marker), or `None`. `not_ours`: the
+        entries under such a name that are not (a symbolic link, a file, a
+        directory without a marker): never read, followed or moved.
     """
     path = os.path.abspath(os.fspath(path))
     parent, base = os.path.split(path)
     if os.path.lexists(path) or not os.path.isdir(parent):
-        return None
-    retired = [os.path.join(parent, name) for name in os.listdir(parent)
-               if _abandoned(name, base) and name.endswith(".old") and os.path.isdir(os.path.join(parent, name))]
-    return max(retired, key=os.path.getmtime) if retired else None
+        return None, []
+    restorable, not_ours = [], []
+    for name in sorted(os.listdir(parent)):
+        if not (_abandoned(name, base) and name.endswith(".old")):
+            continue
+        entry = os.path.join(parent, name)
+        if os.path.isdir(entry) and not os.path.islink(entry) and read_marker(entry)[0] is not None:
+            restorable.append(entry)
+        else:
+            not_ours.append(entry)
+    return (max(restorable, key=os.path.getmtime) if restorable else None), not_ours
 
 
-def recover_for_reading(path):
-    """The path to read for `path`: first, the old copy a killed save left aside is put back in place.
+def interrupted_save(path):
+    """The old copy, keras_vit's, that a killed save left beside a missing `path`, or `None`.
 
-    Where the system has no atomic exchange, a save moves the old directory
-    aside before moving the new one in; a kill between the two leaves no
-    directory at `path` (a directory's content cannot be replaced in one step
-    without an exchange). keras_vit's next access undoes it, as a database
-    replays its journal on the next open: the old copy of an ENDED process on
-    this host is moved back, with a warning. Where it cannot be moved (a
-    read-only folder), the copy is read where it is, with a warning saying
-    how to put it back. A copy of a live process (a save in progress, which
-    puts the new directory in place itself) is never touched.
-
-    Args:
-        path: str or path-like. What the user asked to read.
-
-    Returns:
-        str. `path`, or the old copy to read in its place.
+    A save of `path` moves it back before it swaps in the new directory
+    (`recover_abandoned`); a load never moves it: it names it, with the `mv`
+    that restores it (`keras_vit.presets.handles`).
     """
-    path = os.fspath(path)
-    retired = interrupted_save(path)
-    if retired is None:
-        return path
-    try:
-        os.rename(retired, path)
-    except OSError as error:
-        if os.path.lexists(path):  # another reader or a save put a directory there first: read that
-            return path
-        warnings.warn(f"{quote(path)} is missing: a save of it was killed while replacing it, and its previous "
-                      f"content {quote(retired)} could not be put back ({error.strerror}); it is read from there. "
-                      f"To put it back: mv {quote(retired)} {quote(path)} (or save to {quote(path)} again where the "
-                      "folder is writable).", UserWarning, stacklevel=3)
-        return retired
-    warnings.warn(f"{quote(path)} was missing: a save of it was killed while replacing it (its process has "
-                  f"ended); its previous content, aside as {quote(retired)}, was put back.", UserWarning,
-                  stacklevel=3)
-    return path
+    return killed_save_copies(path)[0]
 
 
 def _clean_abandoned(path):
     with contextlib.suppress(OSError):
         recover_abandoned(path)
-
-
-# Kept for callers written before the writer: recovery now touches only provably abandoned staging.
-recover_directory = recover_abandoned
 
 
 @contextlib.contextmanager

@@ -12,8 +12,9 @@ The writer's read-only half (`keras_vit.utils.files` writes):
   `..`, a hard link or a bind mount cannot hide that an output is, holds or
   lies inside an input.
 - **Private names.** Staging, retired and temporary names are
-  `.NAME.keras_vit-HOST-PID-RANDOM.ROLE`; one whose process ended on this
-  host is abandoned: keras_vit's, to clean, never a user's file.
+  `.NAME.keras_vit-HOST-PID-RANDOM.ROLE` (HOST: a tag of the hostname and
+  the PID namespace); one whose process ended on this host, in this PID
+  namespace, is abandoned: keras_vit's, to clean, never a user's file.
 - **Checks before the work**: only a regular file or a directory keras_vit
   owns is written over; a name must leave room for its private name; an
   output's parent must be writable.
@@ -46,8 +47,22 @@ NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
 # === Names, processes ===
 
 
+def _pid_namespace():
+    """The PID namespace this process sees PIDs in (the inode of `/proc/self/ns/pid`), or `""` where unknown."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
 def _host_tag():
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    """A tag of where a PID means one process: the hostname and the PID namespace.
+
+    Two containers sharing a hostname and a folder (or TMPDIR) see each
+    other's PIDs as ended; with the namespace in the tag, another
+    namespace's private names are never taken for an ended process's.
+    """
+    return hashlib.sha256(f"{socket.gethostname()}\0{_pid_namespace()}".encode()).hexdigest()[:8]
 
 
 _PRIVATE = re.compile(r"^\.(?P<base>.+)\.keras_vit-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{8}\."
