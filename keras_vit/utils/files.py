@@ -19,13 +19,13 @@ beside it and exchanged with the old one by Linux's
 `renameat2(RENAME_EXCHANGE)`, so a kill at any instruction leaves the old or
 the new directory at the path, never a mix. Where a kind keeps the user's
 files (a Hugging Face directory beside a user's README, a checkpoint with a
-user's notes), those files are carried into the new directory as hard links
-before the exchange, and the user's directories as copies (a directory
-cannot be linked; the original stays in the old directory until the swap
-retires it). Where no exchange exists, the old directory is moved aside
-first; a process that dies before the new one is in place leaves no
-directory at the path until keras_vit's next access of it: a load or a save
-moves the old one back (a load that cannot reads the old one where it is).
+user's notes), those plain files are carried into the new directory as hard
+links before the exchange (the same file, never a copy); a directory of the
+user's there is refused by name before any work, never copied or moved.
+Where no exchange exists, the old directory is moved aside first; a process
+that dies before the new one is in place leaves no directory at the path:
+the next save of it moves the old one back first, and a load, which never
+renames, names the old copy and the `mv` that restores it.
 
 **Staging is private and cleaned only when provably abandoned.** Staging,
 retired and temporary names are `.NAME.keras_vit-HOST-PID-RANDOM.ROLE`:
@@ -78,6 +78,7 @@ from keras_vit.utils.ownership import (  # noqa: F401  (public names of the writ
     check_name_length,
     check_not_nested,
     check_regular,
+    check_no_users_directories,
     check_replaceable,
     check_writable,
     check_writable_names,
@@ -625,7 +626,6 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
     recover_abandoned(path)
     check_replaceable(path, kind, argument, names=reserved)  # again: time passed since the claim
     staging = os.path.join(parent, _private_name(base, "incoming"))
-    carried_directories = []
     try:
         os.mkdir(staging)  # mode 0o777 & ~umask
         _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours, and what in it is ours
@@ -633,30 +633,21 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
         entries = {name: digest_of(os.path.join(staging, name)) for name in os.listdir(staging) if name != MARKER}
         carried = []
         if kind in KEEPS_USERS_FILES and os.path.isdir(path):
-            for name in foreign_entries(path, kind):
+            carried = foreign_entries(path, kind)
+            # Again, after the work: a directory the user made meanwhile is refused, never copied.
+            check_no_users_directories(path, carried, argument)
+            for name in carried:
                 if name in entries:
                     raise ArgumentError(f"{{name}} {quote(path)} holds {name}, which keras_vit did not write; it "
                                         "would overwrite it. Move it away and save again.", argument)
-                source = os.path.join(path, name)
-                if os.path.isdir(source) and not os.path.islink(source):
-                    carried_directories.append(name)
-                else:
-                    carried.append(name)
-            # Only the linked files are the user's in the staging: a copy of a user's directory is ours to
-            # delete (a kill during the copy leaves part of one, which the next save removes).
             _write_marker(staging, _staging_marker(kind, carried))
             for name in carried:  # the same file under two names until the old directory goes
                 os.link(os.path.join(path, name), os.path.join(staging, name), follow_symlinks=False)
-            # A directory cannot be linked: copied, so the user's original stays at `path` until the swap (then
-            # it is in the retired directory, removed there only while its copy at `path` is identical).
-            for name in carried_directories:
-                _copy_users_directory(os.path.join(path, name), os.path.join(staging, name), path, argument)
         # From here the staging directory's marker is the new directory's: what it holds of ours, by digest
-        # (a leftover's entries not listed, the user's, go back to `path`; the copies of directories still there
-        # are removed).
+        # (a leftover's entries not listed, the user's, go back to `path`).
         _write_marker(staging, {"writer": "keras_vit", "kind": kind, "entries": entries})
         if os.path.isdir(path):
-            _keep_modes(path, staging, skip=carried + carried_directories)
+            _keep_modes(path, staging, skip=carried)
         if not os.path.isdir(path):
             os.rename(staging, path)
             return
@@ -678,59 +669,13 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
                           "next save of it removes it.", UserWarning, stacklevel=3)
     except BaseException as error:
         if staging is not None and os.path.isdir(staging):
-            # The user's directories go back to `path`; what cannot be removed now (the same refusal) is of an
-            # ended process after this one: the next save of `path` removes it.
+            # What cannot be removed now is of an ended process after this one: the next save of `path` removes it.
             with contextlib.suppress(OSError):
                 _remove_retired(staging, path)
         full = _no_space_error(error, path)
         if full is not None:
             raise full from None
         raise
-
-
-def _copy_users_directory(source, target, path, argument=None):
-    """Copy a user's directory: files with their bytes, modes and times, links as links (never followed).
-
-    Anything else (a FIFO, a socket, a device node) is refused by name:
-    reading one could block or never end.
-    """
-    os.mkdir(target)
-    with os.scandir(source) as entries:
-        for entry in sorted(entries, key=lambda item: item.name):
-            copy = os.path.join(target, entry.name)
-            if entry.is_symlink():
-                os.symlink(os.readlink(entry.path), copy)
-            elif entry.is_dir(follow_symlinks=False):
-                _copy_users_directory(entry.path, copy, path, argument)
-            elif entry.is_file(follow_symlinks=False):
-                shutil.copy2(entry.path, copy, follow_symlinks=False)
-            else:
-                raise ArgumentError(f"{{name}} {quote(path)} holds {quote(entry.path)}, which is neither a file, "
-                                    "a directory nor a link; keras_vit carries only those into the new directory. "
-                                    "Move it away and save again.", argument)
-    shutil.copystat(source, target, follow_symlinks=False)  # after the content: the directory's mode and times
-
-
-def _same_tree(first, second):
-    """True if directories `first` and `second` hold the same names, types, modes, bytes and link targets."""
-    def listing(root):
-        found = {}
-        for directory, directories, names in os.walk(root):
-            for name in directories + names:
-                entry = os.path.join(directory, name)
-                info = os.lstat(entry)
-                found[os.path.relpath(entry, root)] = (stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode),
-                                                        os.readlink(entry) if stat.S_ISLNK(info.st_mode) else
-                                                        digest_of(entry) if stat.S_ISREG(info.st_mode) else None)
-        return found
-
-    try:
-        if not (os.path.isdir(first) and os.path.isdir(second)) or os.path.islink(first) or os.path.islink(second):
-            return False
-        return (stat.S_IMODE(os.stat(first).st_mode) == stat.S_IMODE(os.stat(second).st_mode)
-                and listing(first) == listing(second))
-    except OSError:
-        return False
 
 
 def _keep_modes(old, new, skip=()):
@@ -757,10 +702,8 @@ def _remove_retired(directory, path):
     An entry goes when it is ours by the directory's marker (its digest
     matches), when the marker says the directory was staging and the entry
     was not carried from the user, or when the same file is at `path` (a
-    carried hard link), or the same directory tree (a user's directory and
-    its copy: whichever is here, the other is at `path`). Anything else is
-    the user's: moved back to `path` when its name is free there, else left,
-    with the directory.
+    carried hard link). Anything else is the user's: moved back to `path`
+    when its name is free there, else left, with the directory.
     """
     marker = {}
     with contextlib.suppress(OSError, ValueError):
@@ -778,12 +721,11 @@ def _remove_retired(directory, path):
         twin = os.path.join(path, name)
         ours = ((staging is not None and name not in carried) or _owns(directory, name, entries)
                 or _abandoned_private(name))
-        same = os.path.lexists(twin) and (_same_tree(entry, twin) if os.path.isdir(entry) and not os.path.islink(entry)
-                                          else _same_file(entry, twin))
+        same = os.path.lexists(twin) and _same_file(entry, twin)
         if ours or same:
             if os.path.isdir(entry) and not os.path.islink(entry):
-                # Renamed first: a tree removed in part is no longer the same as its twin, but a private name of
-                # an ended process is ours wherever it is found; a kill inside the removal leaves only that.
+                # Renamed first: a private name of an ended process is ours wherever it is found, so a kill inside
+                # the removal leaves only that.
                 doomed = os.path.join(directory, name if _abandoned_private(name) else _private_name(name, "old"))
                 try:
                     if doomed != entry:
