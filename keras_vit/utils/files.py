@@ -235,6 +235,9 @@ class Destination:
                 _check_parent(self.path, argument)
         else:
             check_replaceable(self.path, kind, argument, names=self.reserved)
+            retired = interrupted_save(self.path)
+            if retired is not None:  # the save moves a killed save's copy back first: checked now, not after
+                check_replaceable(retired, kind, argument, names=self.reserved)
             if not os.path.lexists(self.path):
                 _check_parent(self.path, argument)
 

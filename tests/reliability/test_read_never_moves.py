@@ -161,6 +161,18 @@ def test_a_save_over_a_killed_save_puts_the_new_preset_in_place_and_removes_the_
     assert not [name for name in os.listdir(tmp_path / "OUT") if ".keras_vit-" in name]
 
 
+@one_backend
+def test_a_save_over_a_killed_save_holding_a_users_file_is_refused_before_any_work(tmp_path, saved_preset):
+    # main: the save moved the old copy back to OUT/p, then refused it after the work (the user's NOTES.md);
+    # now the claim checks the copy the save would put back, and nothing moves.
+    path, retired = killed_save(tmp_path, saved_preset)
+    (retired / "NOTES.md").write_text("mine")
+    before = snapshot(tmp_path)
+    with pytest.raises(ValueError, match="NOTES.md"):
+        tiny_classifier(num_classes=4).save_to_preset(path)
+    assert snapshot(tmp_path) == before
+
+
 # === 2. The claims see the missing input ===
 
 
