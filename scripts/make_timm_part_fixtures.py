@@ -50,7 +50,9 @@ MODELS = {
 # big_vision SigLIP `.npz` archives: name -> (prefix, scanned, text tower beside it, create_model overrides,
 # description). The arrays are the inverse of timm's `_load_weights` (big_vision/models/vit.py names: `MAPHead_0/`
 # with `probe`, `MultiHeadDotProductAttention_0/{query,key,value,out}`, `LayerNorm_0`, `MlpBlock_0`); the
-# reference outputs come from a fresh timm model filled by `_load_weights` from the archive.
+# reference outputs come from a fresh timm model filled by `_load_weights` from the archive. big_vision's MLPs
+# use Flax's `nn.gelu`, the tanh approximation, where timm's SigLIP architectures use the exact GELU: the timm
+# models here are built with `act_layer="gelu_tanh"` so that they compute what big_vision does.
 SIGLIP_NPZ = {
     "big_vision_siglip": ("params/", False, False, dict(img_size=16),
                           "big_vision ViT with pool_type='map' (MAPHead_0), params/ prefix, 5-class head"),
@@ -90,7 +92,7 @@ def make_siglip_npz_fixtures(manifest):
     for seed, (name, (prefix, scanned, text_tower, kwargs, description)) in enumerate(SIGLIP_NPZ.items(), start=90):
         torch.manual_seed(seed)
         create = lambda: timm.create_model("vit_base_patch16_siglip_224", pretrained=False,  # noqa: E731
-                                           **{**TINY, **kwargs}).eval().float()
+                                           act_layer="gelu_tanh", **{**TINY, **kwargs}).eval().float()
         source = create()
         randomize(source, seed)
         arrays = google_npz_from_timm(source, prefix, big_vision=True, scanned=scanned)
@@ -112,7 +114,8 @@ def make_siglip_npz_fixtures(manifest):
         write_reference(os.path.join(PARTS, f"{name}_reference.npz"), images, outputs(loaded, images, mean, std))
         manifest["fixtures"][name] = {
             "architecture": "vit_base_patch16_siglip_224", "description": description,
-            "model_args": {**TINY, **kwargs}, "file": f"{name}.npz", "mean": list(mean), "std": list(std),
+            "model_args": {**TINY, **kwargs, "act_layer": "gelu_tanh"}, "file": f"{name}.npz",
+            "mean": list(mean), "std": list(std),
             "num_params": sum(p.numel() for p in loaded.parameters()),
         }
 
