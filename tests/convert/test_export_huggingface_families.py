@@ -28,6 +28,9 @@ def _families():
     return {
         "siglip": (lambda: _build(transformers.SiglipVisionConfig, transformers.SiglipVisionModel, 10,
                                   intermediate_size=32), (0.5,) * 3, (0.5,) * 3, "SiglipVisionModel"),
+        "siglip_no_head": (lambda: _build(transformers.SiglipVisionConfig, transformers.SiglipVisionModel, 14,
+                                          intermediate_size=32, vision_use_head=False),
+                           (0.5,) * 3, (0.5,) * 3, "SiglipVisionModel"),
         "clip": (lambda: _build(transformers.CLIPVisionConfig, transformers.CLIPVisionModel, 11,
                                 intermediate_size=32), CLIP_MEAN, CLIP_STD, "CLIPVisionModel"),
         "dinov2": (lambda: _build(transformers.Dinov2Config, transformers.Dinov2Model, 12, mlp_ratio=2),
@@ -39,7 +42,7 @@ def _families():
     }
 
 
-@pytest.mark.parametrize("family", ["siglip", "clip", "dinov2", "dinov2_registers"])
+@pytest.mark.parametrize("family", ["siglip", "siglip_no_head", "clip", "dinov2", "dinov2_registers"])
 def test_export_reloads_in_transformers_with_the_same_outputs(family, tmp_path):
     build, mean, std, class_name = _families()[family]
     source = build()
@@ -49,6 +52,7 @@ def test_export_reloads_in_transformers_with_the_same_outputs(family, tmp_path):
     backbone.set_image_transform(resize_mode="stretch", crop_fraction=1.0)
     config = export_huggingface(backbone, tmp_path / "exported")
     assert config["architectures"] == [class_name]
+    assert config.get("vision_use_head", False) == (family == "siglip")
     # save_pretrained's names: transformers loads the file without a missing or unexpected key.
     source.save_pretrained(tmp_path / "saved")
     assert sorted(read_safetensors(tmp_path / "exported" / "model.safetensors")) == sorted(
