@@ -28,7 +28,8 @@ import numpy as np
 from timm.models._hub import save_for_hf
 from timm.models.vision_transformer import _load_weights
 
-from make_timm_fixtures import ROOT, TINY, google_npz_from_timm, make_images, outputs, randomize, versions, write_reference
+from make_timm_fixtures import (ROOT, TINY, google_npz_from_timm, make_images, outputs, randomize, versions,
+                                write_reference)
 
 PARTS = os.path.join(ROOT, "parts")
 

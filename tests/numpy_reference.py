@@ -128,7 +128,8 @@ def vit_forward(images, weights, patch, num_heads, epsilon, mean, std, scale, in
                 layer_norm(z, block["ln1_g"], block["ln1_b"], epsilon), block, num_heads, return_probabilities=True
             )
             z = z + attended  # eq. 2
-            hidden = ACTIVATIONS[activation](layer_norm(z, block["ln2_g"], block["ln2_b"], epsilon) @ block["w1"] + block["b1"])
+            normed = layer_norm(z, block["ln2_g"], block["ln2_b"], epsilon)
+            hidden = ACTIVATIONS[activation](normed @ block["w1"] + block["b1"])
             z = z + hidden @ block["w2"] + block["b2"]  # eq. 3
             per_block.append(z)
             per_attention.append(probs)
