@@ -14,6 +14,7 @@ the model's class) are made here or in the readers it calls, once.
 
 import os
 
+from keras_vit.convert.loader import set_checkpoint_reader
 from keras_vit.presets.formats import READ_FORMATS, detect_format
 from keras_vit.presets.handles import hub_files, resolve
 from keras_vit.presets.kaggle import kaggle_directory
@@ -263,3 +264,8 @@ def _check_against_entry(model, entry, name, image_size):
             f"The checkpoint downloaded for preset {name!r} ({entry['source']}) has {count:,} parameters where "
             f"the registry expects {entry['params']:,}: the repository changed. Pin a revision or report it."
         )
+
+
+# `keras_vit.convert.load_checkpoint` reads through this module's reader; `convert` lies below
+# `presets` and never imports it, so the reader is handed down here (see `convert/loader.py`).
+set_checkpoint_reader(load_model)
