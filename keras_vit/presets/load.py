@@ -190,8 +190,11 @@ def load_model(handle, model_classes=None, *, purpose="load_model", target=None,
         # A registry entry without a head (num_classes None) may still name a file that carries
         # an unusable one (timm's R50+ViT-B/16 in21k keeps its head but not its pre-logits layer).
         include_head = include_head and (entry is None or entry["num_classes"] is not None)
+        # What the registry knows and the checkpoint's files do not say (CLIP's quick-GELU), the
+        # reader is told, so the weights load into the architecture `load_weights=False` builds.
+        decided = {key: entry["config"][key] for key in entry.get("registry_decides", ())} if entry else {}
         model = row.read(path, image_size=image_size, include_head=include_head, load_weights=load_weights,
-                         where=where, **options)
+                         where=where, **{**decided, **options})
         if entry is not None and load_weights:
             _check_against_entry(model, entry, handle, image_size)
         if entry is not None and entry["class_names"] and getattr(model, "num_classes", None) == entry["num_classes"]:
