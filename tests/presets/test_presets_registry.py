@@ -239,3 +239,18 @@ def test_parameter_counts_by_building_without_weights(count_preset):
 @pytest.mark.slow  # ViT-L, So400m and ViT-H have 24, 27 and 32 blocks: the slow part of this file
 def test_large_and_huge_parameter_counts_by_building_without_weights(count_preset):
     _check_counts(count_preset, ("L", "So400m", "H"))
+
+
+@pytest.mark.one_backend("prints the registry's data; nothing is built")
+def test_presets_command_lists_the_later_families(capsys):
+    from keras_vit import cli
+
+    assert cli.main(["presets", "--backbones", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    for name in ("siglip_b16_webli", "siglip_so400m14_webli_384", "siglip2_b16_webli", "clip_b16_openai",
+                 "dinov2_s14_reg4_lvd142m", "dinov2_b14_reg4_lvd142m"):
+        assert f"\n{name} " in out, name
+    assert "source hf://timm/vit_base_patch16_clip_224.openai (timm)" in out and "license mit" in out
+    assert "ViTBackbone.from_preset(NAME)" in out
+    assert cli.main(["presets", "--with-head"]) == 0
+    assert "deit_b16_distilled_in1k" in capsys.readouterr().out
