@@ -123,7 +123,7 @@ def _hybrid(variant, image_size, num_classes, timm_name, params, what):
                   f"{variant} hybrid {what}; original checkpoint of {_PAPER}.")
 
 
-# timm 1.0.31's pretrained_cfg means and deviations (timm.data.constants).
+# timm 1.0.31's pretrained_cfg means and standard deviations (timm.data.constants).
 _IMAGENET_MEAN, _IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 _CLIP_MEAN, _CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 _LATER = {  # family -> (paper or release, pixel mean, pixel std, architecture config beside the variant)
