@@ -123,3 +123,5 @@ def test_model_card_of_a_siglip_preset(registry, tmp_path):
     card = model_card(backbone, document, metadata, "someone/siglip-test")
     assert "ViTBackbone (no classification head)" in card and f"{backbone.count_params():,} parameters" in card
     assert "| License | apache-2.0 |" in card
+    # The card says what sets the model apart from the paper's ViT: its pooled feature is the probe's.
+    assert "attention pooling" in card and "class token" not in card.split("| Parts |")[1].split("\n")[0]
