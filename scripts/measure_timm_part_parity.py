@@ -103,10 +103,38 @@ def huggingface_families():
         report("transformers", f"{family} export 16x16", *compare(family, backbone, IMAGES, result))
 
 
+def huggingface_deit():
+    """DeiT distilled with transformers' `DeiTForImageClassificationWithTeacher` at 12x20, both ways."""
+    import tempfile
+
+    import torch
+    import transformers
+
+    from tests.convert.test_convert_huggingface_deit import IMAGES as DEIT_IMAGES
+    from tests.convert.test_convert_huggingface_deit import _deit, _pixels, _save
+
+    source = _deit(transformers.DeiTForImageClassificationWithTeacher, 0, num_labels=3)
+    with tempfile.TemporaryDirectory() as directory, torch.no_grad():
+        expected = source(pixel_values=_pixels(DEIT_IMAGES), output_hidden_states=True)
+        classifier = load_checkpoint(_save(source, os.path.join(directory, "source")), activation=None)
+        tokens = keras.ops.convert_to_numpy(classifier.backbone(DEIT_IMAGES.astype("float32")))
+        hidden = source.deit(pixel_values=_pixels(DEIT_IMAGES)).last_hidden_state.numpy()
+        report("transformers", "DeiT distilled import 12x20", diff(run(classifier, DEIT_IMAGES), expected.logits),
+               diff(tokens, hidden))
+        export_huggingface(classifier, os.path.join(directory, "exported"))
+        reloaded = transformers.AutoModelForImageClassification.from_pretrained(
+            os.path.join(directory, "exported")).eval()
+        again = reloaded(pixel_values=_pixels(DEIT_IMAGES))
+        hidden = reloaded.deit(pixel_values=_pixels(DEIT_IMAGES)).last_hidden_state.numpy()
+        report("transformers", "DeiT distilled export 12x20", diff(run(classifier, DEIT_IMAGES), again.logits),
+               diff(tokens, hidden))
+
+
 def main():
     timm_fixtures()
     if "--no-huggingface" not in sys.argv:
         huggingface_families()
+        huggingface_deit()
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ _TOP_NAMES = {
     "embeddings.patch_embeddings.projection.bias": "patch_embed.proj.bias",
     "layernorm.weight": "norm.weight",
     "layernorm.bias": "norm.bias",
+    "embeddings.distillation_token": "dist_token",  # DeiT distilled (model_type "deit")
 }
 # timm-layout block name -> the legacy Hugging Face name export writes.
 _EXPORT_BLOCK_NAMES = {
@@ -61,16 +62,23 @@ _EXPORT_BLOCK_NAMES = {
 }
 _EXPORT_TOP_NAMES = {timm: hf for hf, timm in _TOP_NAMES.items()}
 _IGNORED = ("embeddings.mask_token", "pooler.dense.weight", "pooler.dense.bias")
+# The heads' Hugging Face names -> timm's: ViT's one head, DeiT's two (on the class and distillation tokens).
+_HEAD_NAMES = {"classifier": "head", "cls_classifier": "head", "distillation_classifier": "head_dist"}
+_EXPORT_HEAD_NAMES = {"head": "cls_classifier", "head_dist": "distillation_classifier"}
 _BLOCK_PATTERN = re.compile(r"^(?:encoder\.layer|encoder\.layers|layers)\.(\d+)\.(.+)\.(weight|bias)$")
 
 
 def is_huggingface_state_dict(state_dict):
-    return any(key.startswith(("embeddings.", "vit.embeddings.")) for key in state_dict)
+    return any(key.startswith(("embeddings.", "vit.embeddings.", "deit.embeddings.")) for key in state_dict)
 
 
 
 def huggingface_to_timm(state_dict):
-    """Rename / fuse a Hugging Face ViT state dict into timm's layout.
+    """Rename / fuse a Hugging Face ViT (or distilled DeiT) state dict into timm's layout.
+
+    DeiT's `DeiTForImageClassificationWithTeacher` keeps its encoder under
+    `deit.` and its two heads as `cls_classifier` (timm's `head`) and
+    `distillation_classifier` (timm's `head_dist`).
 
     Returns:
         `(timm_state_dict, ignored_hf_keys)`. Raises a `ValueError` listing
@@ -79,9 +87,9 @@ def huggingface_to_timm(state_dict):
     base = {}
     head = {}
     for key, value in state_dict.items():
-        if key.startswith("vit."):
-            base[key[len("vit.") :]] = value
-        elif key.startswith("classifier."):
+        if key.startswith(("vit.", "deit.")):
+            base[key.partition(".")[2]] = value
+        elif key.startswith(("classifier.", "cls_classifier.", "distillation_classifier.")):
             head[key] = value
         else:
             base[key] = value
@@ -102,14 +110,16 @@ def huggingface_to_timm(state_dict):
         else:
             unknown.append(key)
     for key, value in head.items():
-        if key in ("classifier.weight", "classifier.bias"):
-            out["head." + key.split(".")[-1]] = np.asarray(value)
+        name, _, param = key.rpartition(".")
+        if name in _HEAD_NAMES and param in ("weight", "bias"):
+            out[f"{_HEAD_NAMES[name]}.{param}"] = np.asarray(value)
         else:
             unknown.append(key)
     if unknown:
         raise ValueError(
             f"The Hugging Face checkpoint has tensors keras_vit does not know: {sorted(unknown)}. "
-            "Only ViTModel and ViTForImageClassification checkpoints are supported."
+            "Only ViTModel, ViTForImageClassification, DeiTModel and DeiTForImageClassificationWithTeacher "
+            "checkpoints are supported."
         )
     out.update(fused_qkv(parts))
     return out, sorted(ignored)
@@ -256,7 +266,8 @@ def _check_config_against_weights(config, timm_state, source_size, patch_size):
         problems.append(f"intermediate_size={config['intermediate_size']} but the MLP has {fc1.shape[0]} units")
     position = timm_state.get("pos_embed")
     if position is not None and np.ndim(position) == 3 and not problems:
-        rows = (source_size[0] // patch_size[0]) * (source_size[1] // patch_size[1]) + 1
+        prefix_rows = 2 if "dist_token" in timm_state else 1  # DeiT: class and distillation tokens
+        rows = (source_size[0] // patch_size[0]) * (source_size[1] // patch_size[1]) + prefix_rows
         if position.shape[1] != rows:
             problems.append(f"image_size={list(source_size)} with patch_size={list(patch_size)} gives {rows} "
                             f"positions but the position embedding has {position.shape[1]}")
@@ -315,9 +326,10 @@ def from_huggingface(
             config, state_dict, preprocessing=_preprocessing(preprocessor_config), image_size=image_size,
             interpolation=interpolation, antialias=antialias, include_head=include_head,
             allow_non_finite=allow_non_finite, **overrides)
-    if model_type != "vit":
+    if model_type not in ("vit", "deit"):
         raise ValueError(
-            f"Only Hugging Face ViT checkpoints (model_type='vit') are supported. Received: model_type={model_type!r}"
+            "Only Hugging Face ViT, DeiT, SigLIP, CLIP and DINOv2 checkpoints (model_type 'vit', 'deit', "
+            f"{', '.join(repr(f) for f in FAMILIES)}) are supported. Received: model_type={model_type!r}"
         )
     activation = config.get("hidden_act", "gelu")
     if activation != "gelu":
@@ -333,6 +345,13 @@ def from_huggingface(
     patch_size = config_pair(config.get("patch_size", 16))
     source_size = config_pair(config.get("image_size", 224))
     _check_config_against_weights(config, timm_state, source_size, patch_size)
+    distilled = "dist_token" in timm_state
+    if distilled and "head.weight" in timm_state and "head_dist.weight" not in timm_state:
+        # DeiTForImageClassification: one head on the class token of a model that has a distillation token.
+        raise ValueError(
+            "This DeiT checkpoint has a distillation token but one classifier (DeiTForImageClassification); "
+            "keras_vit's DeiT classifier has both heads (DeiTForImageClassificationWithTeacher). Load the "
+            "backbone with include_head=False and add a head, or use the checkpoint with both heads.")
     backbone_config = {
         "image_size": source_size,
         "patch_size": patch_size,
@@ -343,6 +362,7 @@ def from_huggingface(
         "mlp_dim": int(config["intermediate_size"]),
         "layer_norm_epsilon": float(config.get("layer_norm_eps", 1e-12)),
         "use_class_token": True,
+        "use_distillation_token": distilled,
         "use_qkv_bias": bool(config.get("qkv_bias", True)),
         "final_norm": True,
         **_preprocessing(preprocessor_config, skip=overrides),
@@ -362,9 +382,12 @@ def from_huggingface(
         if names is not None:
             head_config.setdefault("class_names", names)
     elif "head.weight" in timm_state:
-        ignored += ["classifier.weight", "classifier.bias"]
-        timm_state.pop("head.weight")
-        timm_state.pop("head.bias", None)
+        for timm_head in ("head", "head_dist"):
+            if f"{timm_head}.weight" in timm_state:
+                ignored += [f"{_EXPORT_HEAD_NAMES[timm_head] if distilled else 'classifier'}.{param}"
+                            for param in ("weight", "bias")]
+                timm_state.pop(f"{timm_head}.weight")
+                timm_state.pop(f"{timm_head}.bias", None)
     grid = (source_size[0] // patch_size[0], source_size[1] // patch_size[1])
     return build_model(
         backbone_config,
@@ -402,6 +425,10 @@ def _check_exportable(backbone, classifier):
         )
 
 
+# (backbone, classifier) class names of the paper's ViT and of DeiT distilled, as `config.json` names them.
+_EXPORT_ARCHITECTURES = {"vit": ("ViTModel", "ViTForImageClassification"),
+                         "deit": ("DeiTModel", "DeiTForImageClassificationWithTeacher")}
+
 # What export_huggingface writes, and the kind its ownership marker records.
 HUGGINGFACE_FILES = ("config.json", "preprocessor_config.json", "model.safetensors")
 HUGGINGFACE_KIND = "huggingface"
@@ -418,8 +445,9 @@ def export_huggingface(model, directory):
     its MAP head when it has one) as `SiglipVisionModel`, CLIP (pre-norm) as
     `CLIPVisionModel`, DINOv2 (LayerScale) as `Dinov2Model`, or
     `Dinov2WithRegistersModel` with registers; `AutoModel.from_pretrained`
-    reads each. qk-norm and DeiT's distillation token have no transformers
-    class keras_vit writes: `export_timm` writes them.
+    reads each. DeiT with its distillation token is written as `DeiTModel`
+    (a backbone) or `DeiTForImageClassificationWithTeacher` (a classifier,
+    both heads). qk-norm has no transformers class: `export_timm` writes it.
 
     Args:
         model: `ViTClassifier` or `ViTBackbone` with a layout one of those
@@ -464,12 +492,19 @@ def export_huggingface(model, directory):
 
 
 def _vit_config_and_tensors(state_dict, backbone, classifier):
-    """The `config.json` and tensors of a `ViTModel` / `ViTForImageClassification` (the paper's ViT)."""
-    prefix = "vit." if classifier is not None else ""
+    """The `config.json` and tensors of a `ViTModel` / `ViTForImageClassification` (the paper's ViT).
+
+    With DeiT's distillation token: `DeiTModel` / `DeiTForImageClassificationWithTeacher`, the same names
+    under `deit.`, the distillation token and the two heads (`cls_classifier`, `distillation_classifier`).
+    """
+    distilled = bool(backbone.use_distillation_token)
+    model_type = "deit" if distilled else "vit"
+    prefix = f"{model_type}." if classifier is not None else ""
     out = {}
     for key, value in state_dict.items():
-        if key.startswith("head."):
-            out["classifier." + key.split(".")[-1]] = value
+        head, _, param = key.rpartition(".")
+        if head in _EXPORT_HEAD_NAMES:
+            out[f"{_EXPORT_HEAD_NAMES[head] if distilled else 'classifier'}.{param}"] = value
             continue
         match = re.match(r"blocks\.(\d+)\.(.+)\.(weight|bias)$", key)
         if match:
@@ -486,8 +521,8 @@ def _vit_config_and_tensors(state_dict, backbone, classifier):
     image_size = list(backbone.image_size)
     patch_size = list(backbone.patch_size)
     config = {
-        "architectures": ["ViTForImageClassification" if classifier is not None else "ViTModel"],
-        "model_type": "vit",
+        "architectures": [_EXPORT_ARCHITECTURES[model_type][classifier is not None]],
+        "model_type": model_type,
         "hidden_size": backbone.hidden_dim,
         "num_hidden_layers": backbone.num_layers,
         "num_attention_heads": backbone.num_heads,

@@ -217,18 +217,18 @@ def export_family(backbone):
     SigLIP (`SiglipVisionModel`): no class token (attention pooling or
     none). CLIP (`CLIPVisionModel`): pre-norm. DINOv2 (`Dinov2Model`, or
     `Dinov2WithRegistersModel` with registers): LayerScale or registers.
-    Anything else with a class token is the paper's ViT (`ViTModel`).
+    Anything else with a class token is the paper's ViT (`ViTModel`), or
+    DeiT's `DeiTModel` with a distillation token.
 
     Raises:
-        ValueError: a part no transformers vision class has (qk-norm, DeiT's
-            distillation token), naming the timm export.
+        ValueError: a part no transformers vision class has (qk-norm),
+            naming the timm export.
     """
     if backbone.qk_norm:
         raise ValueError("This model normalises q and k inside attention (qk_norm=True), which none of "
                          "transformers' ViT classes has. " + _TIMM_EXPORT)
     if backbone.use_distillation_token:
-        raise ValueError("This model has DeiT's distillation token; keras_vit does not write transformers' "
-                         "DeiT classes. " + _TIMM_EXPORT)
+        return None  # DeiT distilled: the paper's ViT names under `deit.` (`_vit_config_and_tensors`)
     if backbone.attention_pooling or not backbone.use_class_token:
         return "siglip_vision_model"
     if backbone.pre_norm:

@@ -84,7 +84,6 @@ def _tiny(**kwargs):
 @pytest.mark.one_backend("the export refuses before it writes anything: no backend op")
 @pytest.mark.parametrize("parts, message", [
     (dict(qk_norm=True), r"qk_norm=True.*export_timm"),
-    (dict(use_distillation_token=True), r"distillation token.*export_timm"),
     (dict(attention_pooling=True, use_class_token=False, image_size=(12, 20)),
      r"SiglipVisionModel because its image \(12x20\).*export_timm"),
 ])
