@@ -85,7 +85,9 @@ def test_tf_config_names_this_worker_and_the_job():
     assert job({"worker": workers}, "worker", 2) == (2, 3)
     assert job({"chief": ["c:1"], "worker": workers}, "chief", 0) == (0, 4)  # the chief is process 0
     assert job({"chief": ["c:1"], "worker": workers}, "worker", 0) == (1, 4)
-    assert job({"worker": workers, "evaluator": ["e:1"]}, "evaluator", 0) is None  # not a training task
+    assert job({"worker": workers, "evaluator": ["e:1"]}, "worker", 1) == (1, 3)  # an evaluator beside: not counted
+    with pytest.raises(ValueError, match="^TF_CONFIG gives this process the task type 'evaluator'"):
+        job({"worker": workers, "evaluator": ["e:1"]}, "evaluator", 0)  # it would train alone (issue 50)
     assert job({"worker": ["h0:1"]}, "worker", 0) is None  # one process: no job
     assert tf_config_job({}) is None
     # The workers first meet at process 0's address: the chief's when there is one, else worker 0's.

@@ -43,8 +43,9 @@ _FIX = ("every process of a JAX job sets KERAS_DISTRIBUTION_NUM_PROCESSES (the p
 def job_of_variables(environ=None):
     """`(index, count, address)` of the JAX job Keras' variables describe, or `None` without one.
 
-    `None` when `KERAS_DISTRIBUTION_NUM_PROCESSES` is unset or empty (one
-    process). Every variable is checked here, before any wait: the count a
+    `None` when none of the three is set (one process); the others without
+    `KERAS_DISTRIBUTION_NUM_PROCESSES` are refused (the process would train
+    alone on the job's outputs). Every variable is checked here, before any wait: the count a
     whole number of at least 1, in a job of several this process's index
     set and within it, and process 0's `host:port` (the first of
     `KERAS_DISTRIBUTION_JOB_ADDRESSES`) with a port from 1 to 65535.
@@ -54,6 +55,12 @@ def job_of_variables(environ=None):
     """
     environ = os.environ if environ is None else environ
     if not environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "").strip():
+        given = [name for name in JOB_VARIABLES if environ.get(name, "").strip()]
+        if given:  # a job described in part: this process would train alone on the job's outputs
+            raise joining.JobError(
+                f"KERAS_DISTRIBUTION_NUM_PROCESSES is unset, though {' and '.join(given)} "
+                f"{'is' if len(given) == 1 else 'are'} set: set it to the job's process count on every process, "
+                f"or unset {' and '.join(given)} to train one process; {_FIX}")
         return None
     count = joining.integer(environ, "KERAS_DISTRIBUTION_NUM_PROCESSES", _FIX, 1)
     if count > 1 and not environ.get("KERAS_DISTRIBUTION_PROCESS_ID", "").strip():
