@@ -170,6 +170,12 @@ def host_and_port(address, variable, fix, what="process 0's address"):
 SAME_COMMAND = "every process of a job must run the same command on the same data"
 
 
+# A fingerprint's entry that says where each process's path flags point (`{flag: resolved path}`): named in
+# the line when that flag differs, never compared itself (hosts may mount the same files at other paths, so
+# what a path holds is compared instead).
+WHERE = "where each path points (named, not compared)"
+
+
 def _flat(value, prefix=()):
     """`{key path: leaf}` of a JSON value: dicts are opened, everything else is a leaf."""
     if isinstance(value, dict) and value:
@@ -196,18 +202,29 @@ def disagreement(fingerprints):
     `--batch-size`, the data's listing, the model's config, the version).
     The first process that differs is named with the first name (in process
     0's order) whose value differs, both values, and the fix; every process,
-    given the same list, gives the same line.
+    given the same list, gives the same line. A fingerprint's `WHERE` entry
+    (`{flag: resolved path}`) is not compared: when a flag it names differs,
+    the line names both processes' paths.
     """
-    reference = _flat(fingerprints[0])
+    def compared(fingerprint):
+        return _flat({name: value for name, value in fingerprint.items() if name != WHERE})
+
+    reference = compared(fingerprints[0])
     for index, fingerprint in enumerate(fingerprints[1:], start=1):
-        theirs = _flat(fingerprint)
+        theirs = compared(fingerprint)
         names = list(reference) + [name for name in theirs if name not in reference]
         for name in names:
             ours, other = reference.get(name, _ABSENT), theirs.get(name, _ABSENT)
             if ours != other:
                 what = name[0] + (f" ({'.'.join(name[1:])})" if len(name) > 1 else "")
-                others = sum(_flat(f) != reference for f in fingerprints[index + 1:])
+                others = sum(compared(f) != reference for f in fingerprints[index + 1:])
                 more = f" (and {others} more process{'es' if others > 1 else ''})" if others else ""
-                return (f"process {index} of {len(fingerprints)} differs from process 0 in {what}: "
-                        f"{_shown(other)} against {_shown(ours)}{more}; {SAME_COMMAND}.")
+                # A path flag compared by what it holds: both paths, so the user sees which files differ.
+                paths = [f.get(WHERE, {}).get(name[0]) for f in (fingerprint, fingerprints[0])]
+                values = f"{_shown(other)} against {_shown(ours)}{more}"
+                if all(paths) and paths[0] != paths[1]:
+                    where = f"process {index}'s {name[0]} is {paths[0]}, process 0's {paths[1]}"
+                    values = f"{where}{more}" if [other, ours] == paths else f"{values}; {where}"
+                return (f"process {index} of {len(fingerprints)} differs from process 0 in {what}: {values}; "
+                        f"{SAME_COMMAND}.")
     return None
