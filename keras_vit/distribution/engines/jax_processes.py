@@ -20,7 +20,7 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.distribution.engines import joining
+from keras_vit.distribution.engines import joining, peer_watch
 from keras_vit.distribution.engines.base import Engine
 
 JOB_VARIABLES = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
@@ -125,8 +125,13 @@ def join(join_timeout=None):
     if job is None or job[1] == 1 or jax.distributed.is_initialized():
         return jax.process_count()
     index, count, address = job
-    # Meet first, with a bounded wait that can be caught: JAX's own wait ends the process from C++.
-    joining.rendezvous(index, count, address, seconds)
+    # Meet first, with a bounded wait that can be caught: JAX's own wait ends the process from C++. The
+    # connections stay open: a process that dies later stops the others at once, named (`peer_watch`), where
+    # gloo and JAX's heartbeat took 100 s and ended in a C++ stack trace.
+    peers = joining.rendezvous(index, count, address, seconds, keep=True)
+    # Watched from before JAX's start: its "bye" at exit then comes after JAX's shutdown barrier (an atexit
+    # handler registered later runs first), so a process that dies while the others wait there is named too.
+    peer_watch.start(index, count, peers)
     # CPU devices of different processes reach each other through gloo (the default has no transport).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:

@@ -26,7 +26,7 @@ import os
 
 import keras
 
-from keras_vit.distribution.engines import joining
+from keras_vit.distribution.engines import joining, peer_watch
 from keras_vit.distribution.engines.base import Engine
 from keras_vit.integrations.tf_trainer import local_batch, multi_worker, reducible_logs
 
@@ -188,8 +188,9 @@ def strategy(join_timeout=None):
             '{"type": "worker", "index": 0}}\' (docs/scale-out.md). Received: '
             f"TF_CONFIG={os.environ.get('TF_CONFIG')!r}")
     seconds = joining.join_timeout() if join_timeout is None else float(join_timeout)
-    # Meet first on process 0's port, with a bounded wait; its gRPC server takes the port afterwards.
-    joining.rendezvous(*job_of_config, first_worker_address(), seconds)
+    # Meet first on process 0's port, with a bounded wait; its gRPC server takes the port afterwards. The
+    # connections stay open: a worker that dies later stops the others at once, named (`peer_watch`).
+    peers = joining.rendezvous(*job_of_config, first_worker_address(), seconds, keep=True)
     import tensorflow as tf
 
     try:
@@ -200,6 +201,7 @@ def strategy(join_timeout=None):
             "before any other TensorFlow operation of the process. Create it first (call "
             f"keras_vit.distribution.tf_workers.strategy() at the start of the program). TensorFlow said: {error}"
         ) from None
+    peer_watch.start(*job_of_config, peers)
     return _STRATEGY
 
 
