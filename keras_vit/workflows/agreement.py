@@ -16,6 +16,8 @@ import os
 import keras
 import numpy as np
 
+from keras_vit.presets.registry import PRESETS
+
 
 def _digest(value):
     """A short hex digest of a JSON value or of an array's bytes."""
@@ -132,8 +134,6 @@ def model_handle(handle):
     local file or directory by a digest of what it holds (hosts may mount
     it at other paths), with its resolved path as `where` for the message.
     """
-    from keras_vit.presets.registry import PRESETS
-
     if not isinstance(handle, str) or not handle or handle in PRESETS or handle.startswith(("hf://", "kaggle://")):
         return handle, None
     if not os.path.exists(handle):
