@@ -79,9 +79,10 @@ def run_distributed(args, body):
 
 
 # Flags a job's processes may set differently: where each reads and writes (the data is compared by its
-# listing and the model by its config before training: hosts may mount them at other paths), and threads.
+# listing and the model by its config before training: hosts may mount them at other paths), and threads. The
+# run directory these lead to is compared apart (`agreement.run_directory`): every process resumes from it.
 _NOT_COMPARED = ("data_dir", "validation_dir", "output", "save", "run_dir", "workers", "debug")
-# Flags that name a model: a registry name is compared as it is, a local path by the model it holds.
+# Flags that name a model: a registry name is compared as it is, a local path by what it holds.
 _MODEL_HANDLES = ("preset", "init_from")
 
 
@@ -94,26 +95,37 @@ def command_fingerprint(args):
     `--output`, `--save`, `--run-dir`: their contents are compared before
     training, as the data's listing) and `--workers` (decoding threads,
     which change no number); a `--preset` or `--init-from` that is a local
-    path is compared by the model it holds (its config), not its spelling.
+    path is compared by what it holds (a digest of its bytes), not its
+    spelling; the run directory (`--run-dir`, else `OUTPUT.run`) by its
+    resolved path, as each process's working directory resolves it: every
+    process resumes from it. The paths are named in the line when they
+    differ (`joining.WHERE`).
     """
     import keras
 
     from keras_vit import __version__
     from keras_vit.cli import build_parser
+    from keras_vit.distribution.engines.joining import WHERE
+    from keras_vit.workflows.agreement import model_handle, run_directory
 
     try:  # the flags as the user typed them (`lora_rank` is `--lora`)
         names = build_parser(args.command).flag_names
     except Exception:  # noqa: BLE001 - a namespace not from the command line: its own names
         names = {}
-    fingerprint = {"the command": getattr(args, "command", None)}
+    fingerprint, where = {"the command": getattr(args, "command", None)}, {}
     for name, value in sorted(vars(args).items()):
         if name in _NOT_COMPARED or name == "command":
             continue
-        if name in _MODEL_HANDLES and isinstance(value, str) and os.path.exists(value):
-            value = "a local file or directory (its model's config is compared before training)"
+        flag = names.get(name, f"--{name.replace('_', '-')}")
+        if name in _MODEL_HANDLES:
+            value, where[flag] = model_handle(value)
         if not isinstance(value, (str, int, float, bool, type(None))):
             value = repr(value)
-        fingerprint[names.get(name, f"--{name.replace('_', '-')}")] = value
+        fingerprint[flag] = value
+    flag = names.get("run_dir", "--run-dir")
+    fingerprint[flag] = where[flag] = run_directory(
+        getattr(args, "run_dir", None), getattr(args, "save", None) or getattr(args, "output", None))
+    fingerprint[WHERE] = {flag: path for flag, path in where.items() if path}
     fingerprint["keras_vit version"] = __version__
     fingerprint["Keras version"] = keras.__version__
     fingerprint["the backend"] = keras.backend.backend()

@@ -16,6 +16,8 @@ import os
 import keras
 import numpy as np
 
+from keras_vit.presets.registry import PRESETS
+
 
 def _digest(value):
     """A short hex digest of a JSON value or of an array's bytes."""
@@ -88,12 +90,70 @@ def model_description(model):
                         "shapes and dtypes": _digest([[list(w.shape), str(w.dtype)] for w in model.weights])}}
 
 
+# The settings that name where a run reads or writes: hosts may mount them at other paths, and what they hold
+# is compared by itself (the data's listing, the model's description; the run directory at the join,
+# `run_directory`). Chosen by name, never by whether a value happens to exist as a path in this process's
+# working directory: a recipe `adamw` beside a file named `adamw` is still the recipe.
+PATH_SETTINGS = ("data_dir", "validation_dir", "preset", "init_from", "run_dir", "output", "save")
+
+
 def _without_paths(settings):
-    """`settings` with each value that names a local path replaced: hosts may mount data at other paths."""
+    """`settings` with the values of `PATH_SETTINGS` replaced (each compared by what it holds instead)."""
     if not isinstance(settings, dict):
         return settings
-    return {name: "a local path (compared by what it holds)" if isinstance(value, str) and os.path.exists(value)
+    return {name: "a path (compared by what it holds)" if name in PATH_SETTINGS and isinstance(value, str)
             else value for name, value in settings.items()}
+
+
+def contents_digest(path):
+    """A digest of what a local file holds, or a directory's files (their names relative to it, and bytes)."""
+    hasher = hashlib.sha256()
+
+    def add(file_path):
+        with open(file_path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                hasher.update(block)
+
+    if os.path.isdir(path):
+        for folder, directories, names in os.walk(path):
+            directories.sort()
+            for name in sorted(names):
+                file_path = os.path.join(folder, name)
+                hasher.update(os.path.relpath(file_path, path).encode("utf-8", "surrogateescape") + b"\0")
+                add(file_path)
+    else:
+        add(path)
+    return "sha256:" + hasher.hexdigest()[:16]
+
+
+def model_handle(handle):
+    """`(compared, where)`: what a `--preset` or `--init-from` value means, the same on every host that reads it.
+
+    A registry name, an `hf://` or a `kaggle://` handle is compared as it is
+    (`where` is `None`), in the order `keras_vit.presets` reads a handle; a
+    local file or directory by a digest of what it holds (hosts may mount
+    it at other paths), with its resolved path as `where` for the message.
+    """
+    if not isinstance(handle, str) or not handle or handle in PRESETS or handle.startswith(("hf://", "kaggle://")):
+        return handle, None
+    if not os.path.exists(handle):
+        return handle, None  # the loader names what is missing
+    try:
+        digest = contents_digest(handle)
+    except OSError as error:  # compared as unreadable; the loader names the file and the fix
+        digest = f"unreadable ({type(error).__name__})"
+    return f"a local file or directory holding {digest}", os.path.realpath(handle)
+
+
+def run_directory(run_dir, output=None):
+    """The resolved run directory of a command: `run_dir`, else `OUTPUT.run` beside `output`; `None` without both.
+
+    Compared at the join: every process restores from it on a resume, so
+    processes that name different ones would resume from different epochs.
+    """
+    path = run_dir if run_dir and run_dir != "auto" else (
+        None if output is None else os.path.abspath(os.fspath(output)).rstrip(os.sep) + ".run")
+    return None if path is None else os.path.realpath(path)
 
 
 def training_fingerprint(model, data, validation_data=None, settings=None):
@@ -104,8 +164,9 @@ def training_fingerprint(model, data, validation_data=None, settings=None):
         data: the training data as the caller passed it (before sharding).
         validation_data: the held-out data, or `None`.
         settings: dict or `None`. The run's settings (those a checkpoint
-            records); values that name local paths are compared by what
-            the data's listing holds instead.
+            records); the values of `PATH_SETTINGS` (where the run reads
+            and writes) are compared by what they hold instead (the data's
+            listing, the model), every other value as it is.
     """
     import keras_vit  # the package's __init__ imports the workflows: its version is read when needed
 

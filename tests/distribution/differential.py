@@ -61,6 +61,10 @@ CI_CASES = 4
 CI_RESUMED = {"torch": 0, "jax": 2, "tensorflow": 2}
 # How long torchrun may take to end a job one of whose workers was killed.
 TORCHRUN_ENDS_WITHIN = 120
+# How long the other processes of a JAX or TensorFlow job may take to stop once one is killed: the engine's
+# watcher ends them within a second (`engines/peer_watch.py`); before it, JAX's heartbeat took 100 s and
+# ended in a C++ abort. The bound only keeps a loaded machine from failing the test.
+OTHERS_END_WITHIN = 30
 
 
 def ci_sample(engine):
@@ -242,10 +246,12 @@ def finish(children, timeout=TIMEOUT):
 
 
 def kill_after_first_epoch(children, run_dir, engine, timeout=TIMEOUT):
-    """Once `run_dir` holds an epoch's checkpoint, kill the job's last process, then the rest (as a host dies).
+    """Once `run_dir` holds an epoch's checkpoint, kill the job's last process alone (as a host dies).
 
-    Under torchrun (one child, the launcher) the last rank's worker is killed alone, and torchrun must end the
-    job by itself within `TORCHRUN_ENDS_WITHIN` seconds, exiting with a failure.
+    Under torchrun (one child, the launcher) the last rank's worker is killed, and torchrun must end the job
+    by itself within `TORCHRUN_ENDS_WITHIN` seconds, exiting with a failure. Under JAX and TensorFlow every
+    other process must stop by itself within `OTHERS_END_WITHIN` seconds, process 0 with the one line that
+    names the killed process (`peer_watch.lost_message`).
     """
     from tests.distribution.jobs import epochs_done, stop, torchrun_workers
 
@@ -265,6 +271,19 @@ def kill_after_first_epoch(children, run_dir, engine, timeout=TIMEOUT):
                                    "death") from None
             if children[0].returncode == 0:
                 raise RuntimeError(f"torchrun ended a job whose worker was killed with exit 0: {log[-2500:]}")
+        elif epochs_done(run_dir) >= 1:
+            from keras_vit.distribution.engines.peer_watch import lost_message
+
+            os.killpg(children[-1].pid, signal.SIGKILL)  # the last process and its watcher, as a host dies
+            ends = time.monotonic() + OTHERS_END_WITHIN
+            try:
+                logs = [child.communicate(timeout=max(1.0, ends - time.monotonic()))[0] for child in children[:-1]]
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"the other processes did not stop within {OTHERS_END_WITHIN} s of process "
+                                   f"{len(children) - 1}'s death") from None
+            expected = lost_message(len(children) - 1, len(children), 0)
+            if expected not in logs[0] or any(child.returncode == 0 for child in children[:-1]):
+                raise RuntimeError(f"process 0 did not stop naming the killed process: {logs[0][-2500:]}")
     finally:
         stop(children[::-1])
     return epochs_done(run_dir)

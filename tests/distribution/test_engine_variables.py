@@ -222,3 +222,49 @@ def test_the_launch_check_asks_each_engine_module_by_public_names_only():
     assert set(engines.LAUNCHER_VARIABLES) == {*jax_processes.JOB_VARIABLES, *torch_processes.TORCHRUN_VARIABLES,
                                                "LOCAL_RANK", "TF_CONFIG"}
     assert len(engines.LAUNCHER_VARIABLES) == 9
+
+
+def _tf_task(task_type, index=0, cluster=None):
+    cluster = cluster or {"worker": ["127.0.0.1:1", "127.0.0.1:2"], task_type: ["127.0.0.1:3"]}
+    return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})}
+
+
+# A launcher's variables set only in part (issue 50): each passed the launch check and its process would have
+# trained alone on the job's output. `(the variables, the variable the refusal must name first)`.
+PARTIAL_LAUNCHES = {
+    "TF_CONFIG evaluator": (_tf_task("evaluator"), "TF_CONFIG"),
+    "TF_CONFIG evaluator outside the cluster": (
+        _tf_task("evaluator", cluster={"worker": ["127.0.0.1:1", "127.0.0.1:2"]}), "TF_CONFIG"),
+    "TF_CONFIG ps": (_tf_task("ps"), "TF_CONFIG"),
+    "TF_CONFIG worker beside parameter servers": (
+        {"TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"], "ps": ["127.0.0.1:3"]},
+                                  "task": {"type": "worker", "index": 1}})}, "TF_CONFIG"),
+    "WORLD_SIZE without RANK": ({"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "RANK"),
+    "WORLD_SIZE alone": ({"WORLD_SIZE": "2"}, "RANK"),
+    "RANK without WORLD_SIZE": ({"RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "WORLD_SIZE"),
+    "RANK alone": ({"RANK": "0"}, "WORLD_SIZE"),
+    "MASTER_ADDR alone": ({"MASTER_ADDR": "127.0.0.1"}, "RANK"),
+    "MASTER_PORT alone": ({"MASTER_PORT": "29500"}, "RANK"),
+    "LOCAL_RANK alone": ({"LOCAL_RANK": "1"}, "RANK"),
+    "KERAS_DISTRIBUTION_PROCESS_ID alone": ({"KERAS_DISTRIBUTION_PROCESS_ID": "1"}, "KERAS_DISTRIBUTION_NUM_PROCESSES"),
+    "KERAS_DISTRIBUTION_JOB_ADDRESSES alone": (
+        {"KERAS_DISTRIBUTION_JOB_ADDRESSES": "127.0.0.1:1234"}, "KERAS_DISTRIBUTION_NUM_PROCESSES"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PARTIAL_LAUNCHES))
+def test_a_launch_described_in_part_refuses_at_the_start_naming_the_variable(case, monkeypatch, capsys):
+    environ, named = PARTIAL_LAUNCHES[case]
+    for distribute in (None, "data"):
+        with pytest.raises(joining.JobError) as raised:
+            engines.check_launch(distribute, environ)
+        message = str(raised.value)
+        assert "\n" not in message and message.startswith(named), (case, message)
+        assert "docs/scale-out.md" in message and "unset" in message, (case, message)  # the fix, both ways
+    # The command line: exit 2, one line, before reading anything.
+    for name in engines.LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    code, err = _finetune(capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"error: {named}" in err, (case, err)

@@ -85,6 +85,65 @@ def test_the_processes_meet_or_the_missing_one_is_named():
         joining.rendezvous(1, 2, address, 0.5)
 
 
+@pytest.mark.one_backend("sockets on 127.0.0.1; no model")
+def test_a_process_that_dies_stops_the_others_at_once_with_one_line_naming_it():
+    # Issue 50: `kill -9` of process 1 of a JAX job left process 0 with gloo's "Connection reset by peer", a
+    # 100 s wait for JAX's heartbeat and a C++ stack trace. Three processes (threads here) meet and keep their
+    # connections; process 1 dies without a word (its socket closed, as the kernel closes a killed process's).
+    import threading
+    import time
+
+    from tests.distribution.jobs import free_port
+
+    from keras_vit.distribution.engines import peer_watch
+
+    address = f"127.0.0.1:{free_port()}"
+    peers = {}
+
+    def process(index, count=3):
+        peers[index] = joining.rendezvous(index, count, address, 30, keep=True)
+
+    threads = [threading.Thread(target=process, args=(index,)) for index in (2, 0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(peers) == [0, 1, 2] and sorted(peers[0]) == [1, 2] and list(peers[2]) == [0]
+    found = {}
+
+    def watcher(index):
+        found[index] = peer_watch.watch(dict(peers[index]))
+        if index == 0 and found[index] is not None:
+            peer_watch.tell_the_others(peers[0], found[index])  # process 0 names the lost one to the rest
+
+    watchers = [threading.Thread(target=watcher, args=(index,)) for index in (0, 2)]
+    for thread in watchers:
+        thread.start()
+    began = time.monotonic()
+    peers[1][0].close()  # process 1 dies
+    for thread in watchers:
+        thread.join(10)
+    assert found == {0: 1, 2: 1} and time.monotonic() - began < 5, found  # at once, not after a heartbeat
+    line = peer_watch.lost_message(1, 3, 2)
+    assert line.startswith("keras-vit: error: process 1 of 3 stopped without finishing") and "\n" not in line
+    assert "Run the same command again on every process" in line
+    opened = [connection for index in peers for connection in peers[index].values()]
+
+    # A process that ends through Python says goodbye first: nobody stops.
+    address = f"127.0.0.1:{free_port()}"
+    peers = {}
+    threads = [threading.Thread(target=process, args=(index, 2)) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    peer_watch.say_goodbye(peers[1])
+    peers[1][0].close()
+    assert peer_watch.watch(dict(peers[0])) is None
+    for connection in [*opened, *peers[0].values()]:
+        connection.close()
+
+
 def test_every_training_command_builds_the_optimizer_that_sums_replicas():
     # `train` and `pretrain` (training.build_optimizer) and `finetune` (its recipes) get keras_vit's optimizers,
     # which on TensorFlow workers sum the replicas' gradients before clipping; Keras' AdamW clips each part.

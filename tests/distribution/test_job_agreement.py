@@ -8,7 +8,8 @@ process. Checked three ways:
 - over every flag of `train`, `pretrain` and `finetune`, generated from the
   commands' own parsers (a new flag is covered without a word here): two to
   four processes, one of them (drawn) given another value; the flags that
-  name where a process reads or writes, and `--workers`, must not count;
+  name where a process reads, and `--workers`, must not count; those that
+  choose the run directory count as the directory they lead to (`--run-dir`);
 - over the data and the model a workflow compares before training (a file
   resized, removed or relabelled; another model config), drawn the same way;
 - with real jobs of two processes, one per engine in its own pass (JAX's
@@ -38,6 +39,9 @@ CANDIDATES = ("2", "3", "0.5", "0.25", "ViT-S/16", "1", "7")
 # The flags the processes of a job may set differently: where each reads and writes (hosts may mount the
 # data and outputs at other paths; the data is compared by its listing instead) and its decoding threads.
 NOT_COMPARED = ("data_dir", "validation_dir", "output", "save", "run_dir", "workers")
+# Of those, the flags that choose the run directory (`--run-dir`, else beside `--output` / `--save`): every
+# process resumes from it, so the one each leads to is compared, and named as --run-dir (issue 50).
+CHOOSE_THE_RUN_DIRECTORY = ("output", "save", "run_dir")
 BASES = {
     "train": ["train"],
     "pretrain": ["pretrain"],
@@ -112,6 +116,10 @@ def test_every_flag_that_differs_is_named_and_no_path_is(command):
         fingerprints = [reference] * count
         fingerprints[other] = command_fingerprint(_args(command, [*base, *extra]))
         line = disagreement(fingerprints)
+        if dest in CHOOSE_THE_RUN_DIRECTORY:  # another run directory: compared by its resolved path
+            assert line is not None and line.startswith(
+                f"process {other} of {count} differs from process 0 in --run-dir: "), (extra, line)
+            continue
         if dest in NOT_COMPARED:  # where a process reads or writes: its contents are compared instead
             assert line is None, (extra, line)
             continue
@@ -240,3 +248,100 @@ def test_torchrun_without_distribute_refuses_before_any_work(tmp_path):
     assert "error: This process is one of 2 that a launcher started (torchrun's RANK=" in log, log[-4000:]
     assert "Add --distribute data" in log and "Epoch 1/" not in log and "already holds" not in log, log[-4000:]
     assert not os.path.exists(output) and not os.path.exists(output + ".run")
+
+
+# === What a path flag means, compared as each process reads it (issue 50) ===
+
+
+def _fingerprint(command, argv, cwd):
+    """`command_fingerprint` of `keras-vit COMMAND ARGV` as a process whose working directory is `cwd` makes it."""
+    from keras_vit.commands.training_options import command_fingerprint
+
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return command_fingerprint(_args(command, argv))
+    finally:
+        os.chdir(here)
+
+
+@pytest.mark.one_backend("the comparison of parsed flags is plain Python")
+def test_processes_given_different_run_directories_stop_at_the_join_naming_both(tmp_path):
+    # Before, --run-dir was not compared: both processes passed the join, and a resume aborted both in JAX
+    # ("device_put is not the same on each process"), one having restored epochs and the other none.
+    from keras_vit.distribution.engines.joining import disagreement
+
+    base = ["finetune", "photos", "--variant", "ViT-Ti/16", "--output", "out"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ours = _fingerprint("finetune", [*base, "--run-dir", str(tmp_path / "a" / "r")], tmp_path)
+    for theirs in (_fingerprint("finetune", [*base, "--run-dir", str(tmp_path / "b" / "r")], tmp_path),
+                   _fingerprint("finetune", [*base, "--run-dir", "r"], tmp_path / "b")):  # the same words, elsewhere
+        line = disagreement([ours, ours, theirs])
+        assert line is not None and line.startswith("process 2 of 3 differs from process 0 in --run-dir: "), line
+        assert str(tmp_path / "b" / "r") in line and str(tmp_path / "a" / "r") in line, line
+    # The default run directory (OUTPUT.run) is the run directory too: another --output is another one.
+    line = disagreement([_fingerprint("finetune", base, tmp_path / "a"), _fingerprint("finetune", base, tmp_path / "b")])
+    assert line is not None and line.startswith("process 1 of 2 differs from process 0 in --run-dir: "), line
+    assert str(tmp_path / "b" / "out.run") in line, line
+    # The same directory, however each process spells it: one job.
+    assert disagreement([ours, _fingerprint("finetune", [*base, "--run-dir", "r"], tmp_path / "a")]) is None
+
+
+@pytest.mark.one_backend("the comparison of parsed flags is plain Python")
+def test_processes_given_different_preset_files_stop_at_the_join_naming_both_files(tmp_path):
+    # Before: both files passed the join ("a local file or directory"), and JAX then refused to load process
+    # 1's weights, an error keras_vit reported as process 0's file being unreadable.
+    from keras_vit.distribution.engines.joining import disagreement
+    from tests.finetune.helpers import tiny_backbone_file
+
+    first = tiny_backbone_file(str(tmp_path / "first.keras"), seed=0)
+    second = tiny_backbone_file(str(tmp_path / "second.keras"), seed=1)  # the same config, other weights
+    copy = str(tmp_path / "elsewhere" / "first.keras")
+    os.makedirs(os.path.dirname(copy))
+    with open(first, "rb") as source, open(copy, "wb") as target:
+        target.write(source.read())
+    base = ["finetune", "photos", "--epochs", "1"]
+    ours = _fingerprint("finetune", [*base, "--preset", first], tmp_path)
+    line = disagreement([ours, _fingerprint("finetune", [*base, "--preset", second], tmp_path)])
+    assert line is not None and line.startswith("process 1 of 2 differs from process 0 in --preset"), line
+    assert f"process 1's --preset is {second}" in line and f"process 0's {first}" in line, line
+    assert "readab" not in line, line
+    # Another copy of the same file (another host's mount): the same model.
+    assert disagreement([ours, _fingerprint("finetune", [*base, "--preset", "first.keras"],
+                                            tmp_path / "elsewhere")]) is None
+
+
+@pytest.mark.one_backend("the comparison of parsed flags and settings is plain Python")
+def test_a_plain_name_is_compared_as_a_name_whatever_each_working_directory_holds(tmp_path):
+    # Before, any value that named an existing path in a process's working directory was replaced by "a
+    # local path": a file named `adamw` in one process's directory refused the job.
+    from keras_vit.distribution.engines.joining import disagreement
+    from keras_vit.workflows.agreement import training_fingerprint
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "adamw").write_text("a user's notes")
+    (tmp_path / "b" / "ViT-Ti").mkdir()
+    argv = ["finetune", "photos", "--variant", "ViT-Ti/16", "--recipe", "adamw", "--run-dir", str(tmp_path / "r")]
+    assert disagreement([_fingerprint("finetune", argv, tmp_path / "a"),
+                         _fingerprint("finetune", argv, tmp_path / "b")]) is None
+
+    keras.utils.set_random_seed(0)
+    import keras_vit
+
+    model = keras_vit.ViTClassifier(backbone=keras_vit.ViTBackbone(
+        image_size=8, patch_size=4, num_channels=3, hidden_dim=8, num_layers=1, num_heads=2, mlp_dim=8),
+        num_classes=2)
+    data = (np.zeros((4, 8, 8, 3), "float32"), np.zeros(4, "int32"))
+    settings = {"recipe": "adamw", "variant": "ViT-Ti/16", "epochs": 1}
+    prints = []
+    for cwd in (tmp_path / "a", tmp_path / "b"):
+        here = os.getcwd()
+        os.chdir(cwd)
+        try:
+            prints.append(training_fingerprint(model, data, None, settings))
+        finally:
+            os.chdir(here)
+    assert disagreement(prints) is None
+    assert prints[0]["the run's settings"]["recipe"] == "adamw"  # compared by its name, not replaced

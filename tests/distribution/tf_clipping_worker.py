@@ -48,6 +48,9 @@ RUNS = {
     "sgd_clipvalue": (lambda module: module.SGD(0.1, momentum=0.9, clipvalue=CLIPVALUE), 1),
 }
 
+# The runs trained with Keras' own optimizer as well, to show the comparison can fail.
+KERAS_CONTROLS = ("sgd_global_clipnorm_accumulated", "adamw_global_clipnorm")
+
 
 def train(make_optimizer, epochs, initial_weights, images, labels, strategy):
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
@@ -89,7 +92,10 @@ def main():
         losses, weights = train(lambda: make(optimizers), epochs, initial_weights, images, labels, None)
         mirrored_losses, mirrored = train(lambda: make(optimizers), epochs, initial_weights, images, labels, strategy)
         report[name] = {"one_device": losses, "mirrored": mirrored_losses, "distance": distance(mirrored, weights)}
-        # Keras' own optimizer, same settings, on the two replicas: it must not match.
+        # Keras' own optimizer, same settings, on the two replicas: it must not match. Only for the recipes'
+        # global-norm clipping (the settings `finetune` uses); per-variable clipping fails Keras the same way.
+        if name not in KERAS_CONTROLS:
+            continue
         try:
             keras_losses, keras_weights = train(lambda: make(keras.optimizers), epochs, initial_weights, images,
                                                 labels, strategy)

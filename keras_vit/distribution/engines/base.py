@@ -18,7 +18,9 @@ workflows (`keras_vit.workflows`) ask the job's engine, never a backend:
 - `scope()`: the context to build, compile and fit in;
 - `evaluate(model, dataset)`: the job's numbers on a whole held-out set;
 - `restore(checkpoint, model)`: the epochs a run directory's backup holds;
-- `save(write, path)`: save as the job saves (only process 0's file is kept).
+- `save_for_job(write, path)`: who writes in a job, the one place that
+  decides it (process 0's file is kept; where saving is collective the
+  others write a copy that is deleted).
 
 This class is the job of one process; each engine of several processes
 overrides what differs (`engines/jax_processes.py`, `torch_processes.py`,

@@ -20,7 +20,7 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.distribution.engines import joining
+from keras_vit.distribution.engines import joining, peer_watch
 from keras_vit.distribution.engines.base import Engine
 
 JOB_VARIABLES = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
@@ -43,8 +43,9 @@ _FIX = ("every process of a JAX job sets KERAS_DISTRIBUTION_NUM_PROCESSES (the p
 def job_of_variables(environ=None):
     """`(index, count, address)` of the JAX job Keras' variables describe, or `None` without one.
 
-    `None` when `KERAS_DISTRIBUTION_NUM_PROCESSES` is unset or empty (one
-    process). Every variable is checked here, before any wait: the count a
+    `None` when none of the three is set (one process); the others without
+    `KERAS_DISTRIBUTION_NUM_PROCESSES` are refused (the process would train
+    alone on the job's outputs). Every variable is checked here, before any wait: the count a
     whole number of at least 1, in a job of several this process's index
     set and within it, and process 0's `host:port` (the first of
     `KERAS_DISTRIBUTION_JOB_ADDRESSES`) with a port from 1 to 65535.
@@ -54,6 +55,12 @@ def job_of_variables(environ=None):
     """
     environ = os.environ if environ is None else environ
     if not environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "").strip():
+        given = [name for name in JOB_VARIABLES if environ.get(name, "").strip()]
+        if given:  # a job described in part: this process would train alone on the job's outputs
+            raise joining.JobError(
+                f"KERAS_DISTRIBUTION_NUM_PROCESSES is unset, though {' and '.join(given)} "
+                f"{'is' if len(given) == 1 else 'are'} set: set it to the job's process count on every process, "
+                f"or unset {' and '.join(given)} to train one process; {_FIX}")
         return None
     count = joining.integer(environ, "KERAS_DISTRIBUTION_NUM_PROCESSES", _FIX, 1)
     if count > 1 and not environ.get("KERAS_DISTRIBUTION_PROCESS_ID", "").strip():
@@ -118,8 +125,13 @@ def join(join_timeout=None):
     if job is None or job[1] == 1 or jax.distributed.is_initialized():
         return jax.process_count()
     index, count, address = job
-    # Meet first, with a bounded wait that can be caught: JAX's own wait ends the process from C++.
-    joining.rendezvous(index, count, address, seconds)
+    # Meet first, with a bounded wait that can be caught: JAX's own wait ends the process from C++. The
+    # connections stay open: a process that dies later stops the others at once, named (`peer_watch`), where
+    # gloo and JAX's heartbeat took 100 s and ended in a C++ stack trace.
+    peers = joining.rendezvous(index, count, address, seconds, keep=True)
+    # Watched from before JAX's start: its "bye" at exit then comes after JAX's shutdown barrier (an atexit
+    # handler registered later runs first), so a process that dies while the others wait there is named too.
+    peer_watch.start(index, count, peers)
     # CPU devices of different processes reach each other through gloo (the default has no transport).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:

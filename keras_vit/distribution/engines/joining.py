@@ -5,6 +5,9 @@
   wait, so a wrong one is one line (`JobError`) naming it and the fix;
 - `join_timeout`, `rendezvous`, `missing_message`: the bounded wait for
   every process, and what a process says when another did not come;
+- `rendezvous(..., keep=True)` keeps the connections for `peer_watch`: once
+  joined, a process that dies without a word stops the others at once,
+  each with one line naming it;
 - `disagreement`: once joined, the processes compare what changes the
   arithmetic (`Engine.agree`); a job whose processes differ stops with one
   line naming the difference instead of waiting forever at a step.
@@ -50,7 +53,7 @@ def missing_message(index, count, missing, address, seconds, detail=None):
     return text + (f" ({detail.strip().splitlines()[0]})" if detail and detail.strip() else "")
 
 
-def rendezvous(index, count, address, seconds):
+def rendezvous(index, count, address, seconds, keep=False):
     """Wait until the `count` processes of a job have met at `address` (process 0's `host:port`), at most `seconds`.
 
     Process 0 listens on the port; every other process connects, says its
@@ -58,6 +61,11 @@ def rendezvous(index, count, address, seconds):
     is free again for the job's own service (JAX's coordinator). Used where
     the job's own start has no bounded, catchable wait: JAX's client ends
     the whole process from C++ when its registration times out.
+
+    Args:
+        keep: bool. Return the connections open, `{other process: socket}`
+            (process 0 holds one to each other process, the others one to
+            process 0), for `peer_watch.start`; otherwise they are closed.
 
     Raises:
         TimeoutError: a process did not come in time (named, with the address).
@@ -85,32 +93,35 @@ def rendezvous(index, count, address, seconds):
                     continue
                 if 0 < other < count:
                     joined.add(other)
-                    connections.append(connection)
+                    connections.append((other, connection))
                 else:
                     connection.close()
             missing = [other for other in range(count) if other not in joined]
-            for connection in connections:
-                with connection:
-                    if not missing:
-                        connection.sendall(b"go\n")
+            for _, connection in connections:
+                if not missing:
+                    connection.sendall(b"go\n")
+                if missing or not keep:
+                    connection.close()
         if missing:
             raise TimeoutError(missing_message(index, count, missing, address, seconds))
-        return
+        return dict(connections) if keep else None
     while time.monotonic() < deadline:
         try:
             connection = socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic()))
         except OSError:
             time.sleep(0.2)
             continue
-        with connection:
-            try:
-                connection.sendall(f"{index}\n".encode("ascii"))
-                connection.settimeout(max(0.1, deadline - time.monotonic()))
-                reply = connection.recv(8)
-            except OSError:
-                reply = b""
+        try:
+            connection.sendall(f"{index}\n".encode("ascii"))
+            connection.settimeout(max(0.1, deadline - time.monotonic()))
+            reply = connection.recv(3)
+        except OSError:
+            reply = b""
+        if reply.startswith(b"go") and keep:
+            return {0: connection}
+        connection.close()
         if reply.startswith(b"go"):
-            return
+            return None
         raise TimeoutError(missing_message(index, count, [0], address, seconds,
                                            "process 0 gave up waiting for the other processes"))
     raise TimeoutError(missing_message(index, count, [0], address, seconds))
@@ -170,6 +181,12 @@ def host_and_port(address, variable, fix, what="process 0's address"):
 SAME_COMMAND = "every process of a job must run the same command on the same data"
 
 
+# A fingerprint's entry that says where each process's path flags point (`{flag: resolved path}`): named in
+# the line when that flag differs, never compared itself (hosts may mount the same files at other paths, so
+# what a path holds is compared instead).
+WHERE = "where each path points (named, not compared)"
+
+
 def _flat(value, prefix=()):
     """`{key path: leaf}` of a JSON value: dicts are opened, everything else is a leaf."""
     if isinstance(value, dict) and value:
@@ -196,18 +213,29 @@ def disagreement(fingerprints):
     `--batch-size`, the data's listing, the model's config, the version).
     The first process that differs is named with the first name (in process
     0's order) whose value differs, both values, and the fix; every process,
-    given the same list, gives the same line.
+    given the same list, gives the same line. A fingerprint's `WHERE` entry
+    (`{flag: resolved path}`) is not compared: when a flag it names differs,
+    the line names both processes' paths.
     """
-    reference = _flat(fingerprints[0])
+    def compared(fingerprint):
+        return _flat({name: value for name, value in fingerprint.items() if name != WHERE})
+
+    reference = compared(fingerprints[0])
     for index, fingerprint in enumerate(fingerprints[1:], start=1):
-        theirs = _flat(fingerprint)
+        theirs = compared(fingerprint)
         names = list(reference) + [name for name in theirs if name not in reference]
         for name in names:
             ours, other = reference.get(name, _ABSENT), theirs.get(name, _ABSENT)
             if ours != other:
                 what = name[0] + (f" ({'.'.join(name[1:])})" if len(name) > 1 else "")
-                others = sum(_flat(f) != reference for f in fingerprints[index + 1:])
+                others = sum(compared(f) != reference for f in fingerprints[index + 1:])
                 more = f" (and {others} more process{'es' if others > 1 else ''})" if others else ""
-                return (f"process {index} of {len(fingerprints)} differs from process 0 in {what}: "
-                        f"{_shown(other)} against {_shown(ours)}{more}; {SAME_COMMAND}.")
+                # A path flag compared by what it holds: both paths, so the user sees which files differ.
+                paths = [f.get(WHERE, {}).get(name[0]) for f in (fingerprint, fingerprints[0])]
+                values = f"{_shown(other)} against {_shown(ours)}{more}"
+                if all(paths) and paths[0] != paths[1]:
+                    where = f"process {index}'s {name[0]} is {paths[0]}, process 0's {paths[1]}"
+                    values = f"{where}{more}" if [other, ours] == paths else f"{values}; {where}"
+                return (f"process {index} of {len(fingerprints)} differs from process 0 in {what}: {values}; "
+                        f"{SAME_COMMAND}.")
     return None

@@ -26,7 +26,7 @@ import os
 
 import keras
 
-from keras_vit.distribution.engines import joining
+from keras_vit.distribution.engines import joining, peer_watch
 from keras_vit.distribution.engines.base import Engine
 from keras_vit.integrations.tf_trainer import local_batch, multi_worker, reducible_logs
 
@@ -75,7 +75,7 @@ def _tf_config(environ=None):
                                   what=f"each {task_type} task's address")
     if len(cluster.get("chief", [])) > 1:
         raise wrong("names more than one chief")
-    # An evaluator runs beside the job and may be left out of the cluster (TensorFlow allows it).
+    # An evaluator may be left out of the cluster (TensorFlow allows it); `tf_config_job` refuses it by name.
     if not isinstance(task, dict) or task.get("type") not in (*cluster, "evaluator"):
         raise wrong(f'has no "task" whose "type" is one of the cluster\'s ({", ".join(cluster)})')
     index = task.get("index", 0)
@@ -88,23 +88,41 @@ def _tf_config(environ=None):
     return cluster, task["type"], index
 
 
+# The task types of a `MultiWorkerMirroredStrategy`: every one of them trains.
+TRAINING_TASKS = ("chief", "worker")
+
+
 def tf_config_job(environ=None):
     """`(index, count)` of this task in the training cluster `TF_CONFIG` describes, or `None`.
 
     The tasks that train are the `chief` (index 0, when there is one) and
-    the `worker`s; an `evaluator` is not part of the job. `None` when
-    `TF_CONFIG` is unset, or names fewer than two training tasks.
+    the `worker`s. `None` when `TF_CONFIG` is unset, or names fewer than
+    two training tasks (one process). An `evaluator` or `ps` task, and a
+    cluster with parameter servers, are refused: keras_vit trains with
+    `MultiWorkerMirroredStrategy`, which has no such tasks, so the process
+    would train alone on the job's data and outputs.
 
     Raises:
-        JobError: `TF_CONFIG` is not the JSON TensorFlow reads (a
-            `ValueError`; checked whole, before any wait).
+        JobError: `TF_CONFIG` is not the JSON TensorFlow reads, or names a
+            task keras_vit does not run (checked whole, before any wait).
     """
     config = _tf_config(environ)
     if config is None:
         return None
     cluster, task_type, index = config
+    others = sorted(set(cluster) - set(TRAINING_TASKS))
+    if task_type not in TRAINING_TASKS or "ps" in cluster:
+        what = (f"gives this process the task type {task_type!r}" if task_type not in TRAINING_TASKS
+                else f"lists {', '.join(repr(name) for name in others)} tasks beside the workers")
+        text = (os.environ if environ is None else environ).get("TF_CONFIG", "")
+        raise joining.JobError(
+            f"TF_CONFIG {what}, but keras_vit trains with MultiWorkerMirroredStrategy, whose tasks are the chief "
+            f"and the workers (no evaluator, no parameter servers): this process would train alone on the job's "
+            f"data and outputs. Start keras-vit on the chief and worker tasks only, each with a TF_CONFIG whose "
+            f"cluster lists just those (evaluate the saved model afterwards, without TF_CONFIG), or unset "
+            f"TF_CONFIG to train one process (docs/scale-out.md). Received: TF_CONFIG={text!r}")
     chiefs, workers = len(cluster.get("chief", [])), len(cluster.get("worker", []))
-    if chiefs + workers < 2 or task_type not in ("chief", "worker"):
+    if chiefs + workers < 2:
         return None
     return (index if task_type == "chief" else chiefs + index), chiefs + workers
 
@@ -170,8 +188,9 @@ def strategy(join_timeout=None):
             '{"type": "worker", "index": 0}}\' (docs/scale-out.md). Received: '
             f"TF_CONFIG={os.environ.get('TF_CONFIG')!r}")
     seconds = joining.join_timeout() if join_timeout is None else float(join_timeout)
-    # Meet first on process 0's port, with a bounded wait; its gRPC server takes the port afterwards.
-    joining.rendezvous(*job_of_config, first_worker_address(), seconds)
+    # Meet first on process 0's port, with a bounded wait; its gRPC server takes the port afterwards. The
+    # connections stay open: a worker that dies later stops the others at once, named (`peer_watch`).
+    peers = joining.rendezvous(*job_of_config, first_worker_address(), seconds, keep=True)
     import tensorflow as tf
 
     try:
@@ -182,6 +201,7 @@ def strategy(join_timeout=None):
             "before any other TensorFlow operation of the process. Create it first (call "
             f"keras_vit.distribution.tf_workers.strategy() at the start of the program). TensorFlow said: {error}"
         ) from None
+    peer_watch.start(*job_of_config, peers)
     return _STRATEGY
 
 

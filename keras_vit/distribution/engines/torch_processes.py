@@ -57,19 +57,32 @@ def launcher():
 def launched_job(environ=None):
     """`(count, variables)` when torchrun's variables start this process as one of several, else `None`.
 
-    `variables` spells what was read, for messages. `RANK` and `WORLD_SIZE`
-    both set and `WORLD_SIZE` above 1 make a job of several; every
-    variable is then checked (`job_of_variables`).
+    `variables` spells what was read, for messages. None of torchrun's
+    variables set, or `WORLD_SIZE=1`: one process. Any other of them set
+    makes a job of several, and every variable is then checked
+    (`job_of_variables`): a launch described in part (`WORLD_SIZE`
+    without `RANK`, `MASTER_ADDR` alone ...) would train alone on the
+    job's outputs, and is refused naming what is missing.
 
     Raises:
         JobError: the variable that is wrong (or missing), its value and the fix.
     """
     environ = os.environ if environ is None else environ
-    if not (environ.get("RANK", "").strip() and environ.get("WORLD_SIZE", "").strip()):
+    given = [name for name in launcher()[1] if environ.get(name, "").strip()]
+    if not given:
         return None
-    count = joining.integer(environ, "WORLD_SIZE", _FIX, 1)
+    count = joining.integer(environ, "WORLD_SIZE", _FIX, 1) if "WORLD_SIZE" in given else None
     if count == 1:
         return None
+    missing = [name for name in TORCHRUN_VARIABLES if name not in given]
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise joining.JobError(
+            f"{', '.join(missing)} {verb} unset, though {', '.join(name for name in given)} "
+            f"{'is' if len(given) == 1 else 'are'} set: this process looks started as one of a PyTorch job, and "
+            f"would train alone on the job's outputs. Start the job with `torchrun --nproc_per_node=N -m keras_vit "
+            f"COMMAND ... --distribute data` (it sets all four), or unset {', '.join(given)} to train one process "
+            f"(docs/scale-out.md).")
     job_of_variables(environ)
     return count, f"torchrun's RANK={environ['RANK'].strip()}, WORLD_SIZE={count}"
 
