@@ -31,6 +31,12 @@ def _save(path, array, mode):
     Image.fromarray(array, mode).save(path)
 
 
+# The folder reader (Pillow and numpy, `read_image_folder`, the split, the label checks) does not touch the
+# backend: these run in one pass. test_fit_reads_the_folder_on_this_backend feeds the folder to `fit` in each.
+READER_ONLY = pytest.mark.one_backend("Pillow and numpy: the folder reader never calls the backend")
+
+
+@READER_ONLY
 def test_every_format_and_mode_comes_out_at_the_models_size_and_channels(tmp_path):
     rng = np.random.default_rng(0)
     rgb = rng.integers(0, 256, (13, 21, 3), dtype="uint8")
@@ -51,6 +57,7 @@ def test_every_format_and_mode_comes_out_at_the_models_size_and_channels(tmp_pat
     np.testing.assert_array_equal(gray[..., 0], rgb[..., 0])
 
 
+@READER_ONLY
 def test_transparent_pixels_become_white(tmp_path):
     rgba = np.zeros((4, 4, 4), "uint8")
     rgba[..., 0] = 255  # red, fully transparent
@@ -58,12 +65,14 @@ def test_transparent_pixels_become_white(tmp_path):
     np.testing.assert_array_equal(read_image(str(tmp_path / "x.png"), 3), np.full((4, 4, 3), 255.0))
 
 
+@READER_ONLY
 def test_center_crop_keeps_the_middle_without_distortion():
     image = np.tile(np.arange(20, dtype="float32")[None, :, None], (10, 1, 1))  # value = column
     cropped = center_crop(image, (10, 10))
     np.testing.assert_array_equal(cropped[0, :, 0], np.arange(5, 15))
 
 
+@READER_ONLY
 def test_bad_files_are_named_or_skipped(tmp_path, caplog):
     write_folder(str(tmp_path), classes=2, per_class=3)
     empty = tmp_path / "class_0" / "empty.jpg"
@@ -80,12 +89,14 @@ def test_bad_files_are_named_or_skipped(tmp_path, caplog):
     assert len(paths) == 6 and "fake.png" in caplog.text
 
 
+@READER_ONLY
 def test_decompression_bombs_are_refused_before_decoding(tmp_path):
     _save(str(tmp_path / "a" / "big.png"), np.zeros((100, 100), "uint8"), "L")
     with pytest.raises(ImageFileError, match=r"big.png declares 100 x 100 = 10,000 pixels, over the limit of 5,000"):
         index_image_folder(str(tmp_path), max_pixels=5000)
 
 
+@READER_ONLY
 def test_a_truncated_file_fails_with_its_name(tmp_path):
     path = str(tmp_path / "a" / "cut.png")
     _save(path, np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype="uint8"), "RGB")
@@ -98,6 +109,7 @@ def test_a_truncated_file_fails_with_its_name(tmp_path):
         read_image(path, 3)
 
 
+@READER_ONLY
 def test_missing_or_flat_folders_get_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="No such image folder"):
         index_image_folder(str(tmp_path / "nope"))
@@ -108,6 +120,7 @@ def test_missing_or_flat_folders_get_clear_errors(tmp_path):
         index_image_folder(str(tmp_path))
 
 
+@READER_ONLY
 def test_split_is_stratified_and_fixed_by_the_seed():
     labels = np.repeat(np.arange(3), [10, 5, 2])
     train, held = stratified_split(labels, 0.2, seed=1)
@@ -144,6 +157,7 @@ def test_mixup_and_cutmix_give_soft_labels(tmp_path):
     assert validation[0][1].shape[-1] == 3  # held-out labels one-hot too, for one loss
 
 
+@READER_ONLY
 def test_checked_class_indices():
     np.testing.assert_array_equal(checked_class_indices([0, 2, 1], 3), [0, 2, 1])
     with pytest.raises(ValueError, match=r"in \[0, 3\).*label 3"):
@@ -156,6 +170,7 @@ def test_checked_class_indices():
         checked_class_indices(np.eye(3), 3)
 
 
+@READER_ONLY
 def test_digits_png_folder_holds_the_same_split(tmp_path):
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split

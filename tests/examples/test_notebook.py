@@ -5,7 +5,9 @@ in the notebook: the backend line names this test's backend; one cell added
 after it serves the presets the notebook loads from tiny stand-ins through the
 hub's download seam (tests/examples/offline_hub.py); and CIFAR-10 is 64
 random training images and 32 test images instead of a 170 MB download. A cell
-that raises fails the test with the cell and its traceback.
+that raises fails the test with the cell and its traceback. It runs in one
+pass (the torch one), like the example scripts: what it checks is the
+notebook, not a backend.
 """
 
 import os
@@ -57,6 +59,8 @@ def _text(cell):
 
 
 @pytest.mark.slow  # a kernel, two tiny presets and three epochs of fine-tuning (~20 s)
+@pytest.mark.one_backend("runs the notebook in a kernel of its own; the presets, predict and fit it calls are tested "
+                         "on each backend (tests/presets, tests/models, tests/finetune), as for the example scripts")
 def test_colab_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

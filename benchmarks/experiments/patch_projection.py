@@ -17,8 +17,8 @@ processes (the backends' order, and which way is built first, reversed each
 time). Threads are set as
 `run.py` sets them (`--threads`, default all CPUs: 2 here).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/patch_projection.py
-    PYTHONPATH=. .venv/bin/python benchmarks/patch_projection.py --backends jax --rounds 4 --processes 1
+    PYTHONPATH=. .venv/bin/python benchmarks/experiments/patch_projection.py
+    PYTHONPATH=. .venv/bin/python benchmarks/experiments/patch_projection.py --backends jax --rounds 4 --processes 1
 
 Writes `benchmarks/results/patch-projection-<UTC time>.json`.
 """
@@ -32,9 +32,11 @@ import sys
 import time
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+EXPERIMENTS = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(EXPERIMENTS)  # benchmarks/: common.py, keras_worker.py, results/
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, EXPERIMENTS)
 sys.path.insert(0, ROOT)
 
 import common  # noqa: E402

@@ -1,6 +1,6 @@
 """LoRA and rematerialisation against plain fine-tuning: trainable parameters, memory, accuracy, speed.
 
-    KERAS_BACKEND=jax python benchmarks/lora_remat.py [--epochs 10] [--pretrain-epochs 30] [--ranks 4 8]
+    KERAS_BACKEND=jax python benchmarks/experiments/lora_remat.py [--epochs 10] [--pretrain-epochs 30] [--ranks 4 8]
 
 Two measurements, each run in a fresh process so its peak resident memory
 (`ru_maxrss`) is its own:
@@ -28,8 +28,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import common  # noqa: E402
 

@@ -20,8 +20,8 @@ step from the same weights and the largest weight difference is recorded.
 On jax, one more process per way counts the loop fusions of the compiled
 training step.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/flat_adamw.py
-    PYTHONPATH=. .venv/bin/python benchmarks/flat_adamw.py --backends jax --rounds 6 --processes 2
+    PYTHONPATH=. .venv/bin/python benchmarks/experiments/flat_adamw.py
+    PYTHONPATH=. .venv/bin/python benchmarks/experiments/flat_adamw.py --backends jax --rounds 6 --processes 2
 
 Writes `benchmarks/results/flat-adamw-<UTC time>.json`.
 """
@@ -37,9 +37,11 @@ import tempfile
 import time
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+EXPERIMENTS = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(EXPERIMENTS)  # benchmarks/: common.py, keras_worker.py, results/
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, EXPERIMENTS)
 sys.path.insert(0, ROOT)
 
 import common  # noqa: E402

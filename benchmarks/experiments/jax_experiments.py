@@ -14,12 +14,12 @@ The table gives, per experiment, the median images/s (wall and per CPU
 second) and its ratio to the baseline of the same round, as the median over
 rounds: on a loaded machine the ratios within a round are what can be read.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/jax_experiments.py --rounds 2
-    PYTHONPATH=. .venv/bin/python benchmarks/jax_experiments.py --experiments baseline,rank3_patch_projection
+    PYTHONPATH=. .venv/bin/python benchmarks/experiments/jax_experiments.py --rounds 2
+    PYTHONPATH=. .venv/bin/python benchmarks/experiments/jax_experiments.py --experiments baseline,rank3_patch_projection
 
 Writes `benchmarks/results/jax-experiments-<UTC time>.json`. The patch
 projection on every backend, two ways alternated in one process:
-`benchmarks/patch_projection.py`.
+`benchmarks/experiments/patch_projection.py`.
 """
 
 import argparse
@@ -36,9 +36,11 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+EXPERIMENTS = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(EXPERIMENTS)  # benchmarks/: common.py, keras_worker.py, results/
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, EXPERIMENTS)
 sys.path.insert(0, ROOT)
 
 import common  # noqa: E402

@@ -6,9 +6,9 @@ prints, for each, the CPU ticks every thread of the process used meanwhile
 machine's load, as a wall-clock or CPU/wall ratio would. Run it under the
 settings to compare:
 
-    .venv/bin/python benchmarks/xla_threads.py
-    XLA_FLAGS=--xla_cpu_multi_thread_eigen=false .venv/bin/python benchmarks/xla_threads.py
-    taskset -c 0 .venv/bin/python benchmarks/xla_threads.py
+    .venv/bin/python benchmarks/experiments/xla_threads.py
+    XLA_FLAGS=--xla_cpu_multi_thread_eigen=false .venv/bin/python benchmarks/experiments/xla_threads.py
+    taskset -c 0 .venv/bin/python benchmarks/experiments/xla_threads.py
 """
 
 import json

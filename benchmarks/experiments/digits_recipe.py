@@ -6,8 +6,8 @@ a percent. This script trains the same model with the same split for each
 seed and prints one JSON line per run, so two recipes can be compared on
 their mean and their worst seed:
 
-    KERAS_BACKEND=jax PYTHONPATH=. .venv/bin/python benchmarks/digits_recipe.py --seeds 0 1 2 3
-    KERAS_BACKEND=jax PYTHONPATH=. .venv/bin/python benchmarks/digits_recipe.py --weight-decay 0.05 --epochs 60
+    KERAS_BACKEND=jax PYTHONPATH=. .venv/bin/python benchmarks/experiments/digits_recipe.py --seeds 0 1 2 3
+    KERAS_BACKEND=jax PYTHONPATH=. .venv/bin/python benchmarks/experiments/digits_recipe.py --weight-decay 0.05 --epochs 60
 
 `--model` takes `DIGITS_MODEL` overrides as JSON, e.g. '{"drop_path_rate": 0.2}'.
 The split is always seed 0 (the demo's); the seed changes initialisation,
@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def main(argv=None):

@@ -1,6 +1,6 @@
 """keras_vit under torch.compile against Hugging Face's ViT, eager and compiled, in one process.
 
-    KERAS_BACKEND=torch python benchmarks/compiled_torch.py [--variant ViT-S/16] [--batch 8] [--rounds 5]
+    KERAS_BACKEND=torch python benchmarks/experiments/compiled_torch.py [--variant ViT-S/16] [--batch 8] [--rounds 5]
 
 For one variant (random weights, 224x224, 1000 classes, same architecture
 on both sides) it reports:
@@ -22,8 +22,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import common  # noqa: E402
 
