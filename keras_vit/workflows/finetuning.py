@@ -911,8 +911,10 @@ def finetune(
 
 def _estimate_before_training(validation, plan, batch_size, num_images, keeps_best):
     """`TimeEstimate`'s `estimate`: the run's seconds from its first held-out batch, evaluated and timed."""
-    probe = copy.copy(validation)  # its first batch only (a copy: `validation` is not changed)
-    probe.__class__, probe.batches = RepeatedFolder, 1
+    # Its first batch only: a copy (`validation` is not changed) of its own class (one-hot labels under MixUp),
+    # one batch long.
+    probe = copy.copy(validation)
+    probe.__class__ = type("FirstBatch", (type(validation),), {"__len__": lambda self: 1})
 
     def estimate(model, first_epoch):
         state_bytes = sum(int(np.prod(weight.shape)) * 4 for weight in model.weights)
