@@ -226,13 +226,15 @@ DEFAULT_UPDATES = 500
 # (2,040); on an 18-image folder 500 updates of 32 would be 900 passes (13 min
 # at 224 px on 2 cores) of images learned by heart long before.
 MAX_PASSES = 100
-# ... and on a folder of fewer than SMALL_FOLDER_IMAGES training images, at
-# most SMALL_FOLDER_PASSES: every such folder measured chose its best
-# weights by 53 passes (docs/finetuning.md: the grid's 30-image folder at
-# 35, the issue's 30 images at about 53, the 21-photo first try at 37, from
-# scratch at 12), while the 120-image folder's best came at 79 to 94 passes
-# (no folder between 30 and 120 images was measured; 64 is two batches).
-# It brings the 21-photo first try under 3 minutes on 2 cores.
+# ... and from scratch on a folder of fewer than SMALL_FOLDER_IMAGES training
+# images, at most SMALL_FOLDER_PASSES: each such run measured chose its best
+# weights by 37 passes (docs/finetuning.md: the 21-photo first try, ViT-Ti/16
+# from scratch on 18 images, at 37; the grid's 30-image folder from scratch
+# at 12), and it brings the 21-photo first try under 3 minutes on 2 cores.
+# From a pre-trained model the evidence is mixed (the grid's 30-image folder
+# peaked at 35 passes, but tests/finetune/test_small_folder.py's 30 striped
+# images scored 58.33% at 60 passes and at least 60% at 100), so it keeps
+# MAX_PASSES. 64 is two batches; no folder between 30 and 120 was measured.
 SMALL_FOLDER_IMAGES = 64
 SMALL_FOLDER_PASSES = 60
 # On a folder too small for the recipe's update size, an update holds at
@@ -257,7 +259,8 @@ def check_run_length(epochs, steps):
                             f"is. Received: epochs={epochs!r}, steps={steps!r}")
 
 
-def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size="recipe", epochs=None, steps=None):
+def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size="recipe", epochs=None, steps=None,
+                 from_scratch=False):
     """How long a fine-tune runs, how large its updates and its epochs are.
 
     The rule (docs/finetuning.md has the measurements behind it):
@@ -276,8 +279,8 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
       of 1,009 batches, a prime, made updates of one batch).
     - Length: `epochs` passes when given. Otherwise `steps` updates, or
       without either `DEFAULT_UPDATES` but no more than `MAX_PASSES`
-      passes over the folder (`SMALL_FOLDER_PASSES` on a folder of fewer
-      than `SMALL_FOLDER_IMAGES`); an epoch is as many passes over a small
+      passes over the folder (`SMALL_FOLDER_PASSES` from scratch on a
+      folder of fewer than `SMALL_FOLDER_IMAGES`); an epoch is as many passes over a small
       folder as make `MIN_BATCHES_PER_EPOCH` batches (fewer in a short run,
       so it has about `MIN_EVALUATIONS` epochs), and the epochs are
       rounded up to whole ones (the run evaluates, checkpoints and resumes
@@ -293,6 +296,8 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
         effective_batch_size: int, `None` or `"recipe"`. See `finetune`.
         epochs: int or `None`. Fixed number of passes.
         steps: int or `None`. Optimizer updates wanted (not with `epochs`).
+        from_scratch: bool. The model starts from random weights (a
+            variant, not a preset).
 
     Returns:
         A dict: `epochs`, `passes` (over the training images per epoch),
@@ -321,7 +326,8 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
     if epochs is None:
         wanted = DEFAULT_UPDATES if steps is None else steps
         if steps is None:  # the default length: no more than MAX_PASSES passes over the folder
-            max_passes = SMALL_FOLDER_PASSES if num_images < SMALL_FOLDER_IMAGES else MAX_PASSES
+            small = from_scratch and num_images < SMALL_FOLDER_IMAGES
+            max_passes = SMALL_FOLDER_PASSES if small else MAX_PASSES
             affordable = max(1, max_passes * num_images // (accumulation * batch_size))
             wanted, capped = min(wanted, affordable), affordable < wanted
         epoch_batches = min(MIN_BATCHES_PER_EPOCH, max(1, math.ceil(wanted * accumulation / MIN_EVALUATIONS)))
@@ -381,7 +387,8 @@ def describe_plan(plan, num_images, batch_size, epochs=None, steps=None):
     elif plan["capped"]:
         why = (f"the default {DEFAULT_UPDATES} updates would be {DEFAULT_UPDATES * plan['images_per_update'] // num_images}"
                f" passes over the folder: at most {plan['max_passes']} passes"
-               + (f" on a folder of fewer than {SMALL_FOLDER_IMAGES} images" if plan["max_passes"] != MAX_PASSES
+               + (f" from scratch on a folder of fewer than {SMALL_FOLDER_IMAGES} images"
+                  if plan["max_passes"] != MAX_PASSES
                   else "") + ", rounded up to whole epochs; `steps` or `epochs` sets another")
     else:
         why = f"the default {DEFAULT_UPDATES} updates, rounded up to whole epochs; `steps` or `epochs` sets another"
@@ -841,7 +848,8 @@ def finetune(
         warn_about_training_from_scratch(variant, len(train.paths), len(class_names))
 
     # The plan counts the whole folder and the global batch: a job of N processes makes one process's updates.
-    plan = plan_updates(len(train.paths), recipe, batch_size, effective_batch_size, epochs, steps)
+    plan = plan_updates(len(train.paths), recipe, batch_size, effective_batch_size, epochs, steps,
+                        from_scratch=variant is not None)
     steps_per_epoch, accumulation, updates = plan["steps_per_epoch"], plan["accumulation"], plan["updates"]
     asked_epochs, epochs = epochs, plan["epochs"]
     if plan["passes"] > 1 or plan["dropped_batches"]:

@@ -46,11 +46,10 @@ def test_the_plan_makes_the_updates_asked_for_in_whole_epochs_of_whole_updates()
             continue
         wanted = case["length"].get("steps", DEFAULT_UPDATES)
         if "steps" not in case["length"]:  # the default: 500 updates, or fewer if that is over MAX_PASSES passes
-            from keras_vit.workflows.finetuning import MAX_PASSES, SMALL_FOLDER_IMAGES, SMALL_FOLDER_PASSES
+            from keras_vit.workflows.finetuning import MAX_PASSES
 
-            bound = SMALL_FOLDER_PASSES if n < SMALL_FOLDER_IMAGES else MAX_PASSES  # fewer on a small folder
-            assert plan["max_passes"] == bound, (case, plan)
-            affordable = max(1, bound * n // (plan["accumulation"] * batch))
+            assert plan["max_passes"] == MAX_PASSES, (case, plan)  # from a pre-trained model
+            affordable = max(1, MAX_PASSES * n // (plan["accumulation"] * batch))
             assert plan["capped"] == (affordable < wanted), (case, plan)
             wanted = min(wanted, affordable)
         # At least what was asked, and less than one epoch's updates more.
@@ -186,9 +185,8 @@ def test_a_tiny_folder_is_bounded_by_passes_as_well_as_updates():
         plan = plan_updates(images)
         passes = plan["updates"] * plan["images_per_update"] / images
         assert passes <= MAX_PASSES + plan["passes"], (images, plan)
-        # About MIN_EVALUATIONS epochs (whole passes round them down: 6 images make 11 updates, 3 batches an
-        # epoch, 4 epochs).
-        assert plan["epochs"] >= min(MIN_EVALUATIONS, plan["updates"]) // 3, (images, plan)
+        # About MIN_EVALUATIONS epochs (whole passes round them down by up to half).
+        assert plan["epochs"] >= min(MIN_EVALUATIONS, plan["updates"]) // 2, (images, plan)
     assert plan_updates(5000)["updates"] >= DEFAULT_UPDATES  # a large folder still makes the paper's 500
     assert plan_updates(18, steps=500)["updates"] >= 500  # asked for: as asked
 
@@ -246,7 +244,7 @@ def test_the_estimate_before_training_is_timed_on_a_held_out_batch_and_scales_wi
     timing = time_held_out_batch(Model(), Probe(), clock=clock)
     assert timing == pytest.approx({"first": 10.8, "second": 0.8, "load": 0.4, "images": 4})
 
-    plan = plan_updates(18)  # the issue's 21 photos, 18 for training, 3 held out
+    plan = plan_updates(18, from_scratch=True)  # the issue's 21 photos, 18 for training, 3 held out
     seconds = estimate_run_seconds(timing, plan, 32, 18, 3, state_bytes=10**8)
     per_image = {"forward": 0.4 / 4, "load": 0.4 / 4}
     step = 32 * (TRAIN_STEP_FORWARDS * per_image["forward"] + per_image["load"])
@@ -257,7 +255,8 @@ def test_the_estimate_before_training_is_timed_on_a_held_out_batch_and_scales_wi
     assert seconds["total"] == pytest.approx(sum(seconds[part] for part in ("training", "evaluation", "compile",
                                                                              "saving")))
     # Twice the updates: twice the training and the evaluations, the compilation once.
-    longer = estimate_run_seconds(timing, plan_updates(18, steps=2 * plan["updates"]), 32, 18, 3)
+    longer = estimate_run_seconds(timing, plan_updates(18, steps=2 * plan["updates"], from_scratch=True), 32, 18,
+                                  3)
     assert longer["training"] == pytest.approx(2 * seconds["training"], rel=0.15)
     assert longer["compile"] == seconds["compile"]
     # A resumed run counts the epochs left.
@@ -268,18 +267,19 @@ def test_the_estimate_before_training_is_timed_on_a_held_out_batch_and_scales_wi
 
 
 @pytest.mark.one_backend("arithmetic of the plan, no backend involved")
-def test_a_folder_of_under_64_images_is_bounded_at_60_passes_and_larger_ones_at_100():
-    # Issue 49, the 21-photo first try under 3 minutes: every folder of 18 to 30 images measured peaked on its
-    # held-out images by 53 passes (docs/finetuning.md), the 120-image folder at 79 to 94. Before: 100 passes for
-    # all, 56 updates for the 18 training images of the issue's 21 photos (3:17 on an idle 2-core host).
+def test_from_scratch_a_folder_of_under_64_images_is_bounded_at_60_passes_and_the_rest_at_100():
+    # Issue 49, the 21-photo first try (ViT-Ti/16 from scratch on 18 images) under 3 minutes: each such run from
+    # scratch measured chose its best weights by 37 passes (docs/finetuning.md). Before: 100 passes, 56 updates
+    # (3:17 on an idle 2-core host). From a pre-trained model the evidence is mixed: it keeps 100.
     from keras_vit.workflows.finetuning import describe_plan
 
-    for images, bound in ((18, 60), (30, 60), (63, 60), (64, 100), (120, 100)):
-        plan = plan_updates(images)
+    for images, scratch, bound in ((18, True, 60), (30, True, 60), (63, True, 60), (64, True, 100),
+                                   (120, True, 100), (18, False, 100), (30, False, 100)):
+        plan = plan_updates(images, from_scratch=scratch)
         passes = plan["updates"] * plan["images_per_update"] / images
         assert bound - 2 * plan["passes"] <= passes <= bound + plan["passes"], (images, passes, plan)
         assert plan["max_passes"] == bound, plan
-    plan = plan_updates(18)
+    plan = plan_updates(18, from_scratch=True)
     assert plan["updates"] < 40, plan
-    assert "at most 60 passes on a folder of fewer than 64 images" in describe_plan(plan, 18, 32), plan
-    assert plan_updates(18, steps=56)["updates"] >= 56  # asked for: as asked
+    assert "at most 60 passes from scratch on a folder of fewer than 64 images" in describe_plan(plan, 18, 32)
+    assert plan_updates(18, steps=56, from_scratch=True)["updates"] >= 56  # asked for: as asked
