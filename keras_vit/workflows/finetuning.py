@@ -230,7 +230,8 @@ MAX_PASSES = 100
 # images, at most SMALL_FOLDER_PASSES: each such run measured chose its best
 # weights by 37 passes (docs/finetuning.md: the 21-photo first try, ViT-Ti/16
 # from scratch on 18 images, at 37; the grid's 30-image folder from scratch
-# at 12), and it brings the 21-photo first try under 3 minutes on 2 cores.
+# at 12); scaled from the idle 100-pass run it brings the 21-photo first try
+# to about 2 minutes on 2 idle cores (an estimate: not measured idle).
 # From a pre-trained model the evidence is mixed (the grid's 30-image folder
 # peaked at 35 passes, but tests/finetune/test_small_folder.py's 30 striped
 # images scored 58.33% at 60 passes and at least 60% at 100), so it keeps
