@@ -239,6 +239,9 @@ def cli(arguments):
     result["held_out_line"] = found.group(1) if found else ""
     found = re.search(r"^Plan: .*$", out, re.M)
     result["plan"] = found.group(0) if found else ""
+    # The estimate printed before training (its whole run), to set against the wall time.
+    found = re.search(r"^Time: about (.*) for the planned updates", out, re.M)
+    result["estimate"] = found.group(1) if found else ""
     found = re.search(r"^Kept the weights of update .*$", out, re.M)  # which update the output comes from
     result["kept"] = found.group(0) if found else ""
     shots = re.findall(r"^\s*(\d+)-shot: ([\d.]+)%", out, re.M)
@@ -263,7 +266,8 @@ def run_cells(work, presets, args):
     def record(size, preset, what, command, run):
         row = {"images": size, "preset": preset, "what": what, "command": "keras-vit " + " ".join(command),
                "accuracy": run["accuracy"], "seconds": round(run["seconds"], 1), "plan": run.get("plan", ""),
-               "shots": run.get("shots"), "kept": run.get("kept", ""), "load": os.getloadavg()[0]}
+               "shots": run.get("shots"), "kept": run.get("kept", ""), "estimate": run.get("estimate", ""),
+               "load": os.getloadavg()[0]}
         results["rows"].append(row)
         print(json.dumps(row), flush=True)
         if args.json:

@@ -148,3 +148,34 @@ def test_batch_size_that_does_not_split_over_the_mesh_is_refused_before_the_data
     monkeypatch.setattr(train, "describe_distribution", lambda distribution: "a stand-in mesh of two devices")
     err = refused(["train", "--distribute", "data", "--batch-size", "3"], capsys, "train", "--batch-size")
     assert "Received: --batch-size 3" in err
+
+
+# Issue 49: flags that contradict each other in `pretrain` are refused as finetune's `--crop-min-area` with
+# `--no-crop` is. Before: exit 0 after pre-training on the 8x8 grayscale digits, the flag ignored without a word
+# (--image-size and --channels size and convert the images of DATA_DIR only; --color-bits quantises the colour
+# classes of the mean_color targets, and --target pixels regresses the pixels instead).
+@pytest.mark.parametrize("flags, flag, words", [
+    (["--image-size", "16"], "--image-size", "DATA_DIR"),
+    (["--channels", "3"], "--channels", "DATA_DIR"),
+    (["--target", "pixels", "--color-bits", "4"], "--color-bits", "--target pixels"),
+])
+@pytest.mark.one_backend("argument checks that exit before any Keras op")
+def test_pretrain_contradictory_flags_exit_2_before_any_work(flags, flag, words, tmp_path, capsys, no_work):
+    err = refused(["pretrain", *flags, "--save", tmp_path / "mpp.keras"], capsys, "pretrain", flag)
+    assert words in err and "Received: " in err
+    assert not (tmp_path / "mpp.keras").exists()
+
+
+# The same flags where they do something are not refused: --image-size and --channels with DATA_DIR, --color-bits
+# with a colour target.
+@pytest.mark.one_backend("argument checks that exit before any Keras op")
+def test_pretrain_flags_that_go_together_are_not_refused(photos, tmp_path, monkeypatch):
+    from keras_vit.commands import pretrain
+
+    def started(*args, **kwargs):
+        raise Started("the checks passed")
+
+    monkeypatch.setattr(pretrain, "run_distributed", started)
+    for flags in (["--image-size", "16", "--channels", "3"], ["--target", "mean_color_4x4", "--color-bits", "2"]):
+        with pytest.raises(Started):
+            cli.main(["pretrain", photos, *flags, "--save", str(tmp_path / "mpp.keras")])

@@ -35,7 +35,8 @@ def add_arguments(parser):
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--steps", action=PositiveInt, default=None, metavar="UPDATES",
                         help="optimizer updates of the run, rounded up to whole epochs (default: 500, the paper's "
-                        "count for its smallest fine-tuning sets, but at most 100 passes over the training images; "
+                        "count for its smallest fine-tuning sets, but at most 100 passes over the training images, 60 from "
+                        "scratch under 64 images; "
                         "on a small folder each update holds at most a tenth of the images, in whole batches)")
     length.add_argument("--epochs", action=PositiveInt, default=None,
                         help="passes over the training images instead of --steps")

@@ -31,7 +31,7 @@ def add_arguments(parser):
     )
     parser.add_argument("--image-size", action=PositiveInt, default=None,
                         help="input size of the backbone for DATA_DIR (default: 8, the digits model's)")
-    parser.add_argument("--channels", type=int, choices=(1, 3), default=1,
+    parser.add_argument("--channels", type=int, choices=(1, 3), default=None,
                         help="channels the images of DATA_DIR are converted to (default: 1)")
     parser.add_argument("--epochs", action=PositiveInt, default=60, help="passes over the unlabeled images (default: 60)")
     parser.add_argument("--batch-size", action=PositiveInt, default=64, help="default: 64")
@@ -41,7 +41,8 @@ def add_arguments(parser):
         "--target", default="mean_color", choices=("mean_color", "mean_color_4x4", "pixels"),
         help="what to predict for each corrupted patch (default: mean_color, the paper's)",
     )
-    parser.add_argument("--color-bits", action=ColorBits, default=3, help="bits per channel of the colour classes (default: 3)")
+    parser.add_argument("--color-bits", action=ColorBits, default=None,
+                        help="bits per channel of the colour classes of the mean_color targets (default: 3)")
     parser.add_argument("--corruption-rate", action=PositiveFraction, default=0.5, help="share of patches corrupted (default: 0.5)")
     parser.add_argument("--mask-rate", action=Probability, default=0.8, help="of those, share set to [mask] (default: 0.8)")
     parser.add_argument(
@@ -84,7 +85,25 @@ def _folder_images(args):
     return train, held_out, image_size
 
 
+def check_flags(args):
+    """Refuse flags that contradict each other (exit 2), before any work; then fill in the defaults they left."""
+    if args.data_dir is None:
+        for flag, value, what in (("--image-size", args.image_size, "sizes"), ("--channels", args.channels,
+                                                                             "converts")):
+            if value is not None:
+                raise UsageError(f"{flag} {what} the images of DATA_DIR; without DATA_DIR the model pre-trains on "
+                                 "the 8x8 grayscale digits, which it would leave as they are. Give DATA_DIR, or "
+                                 f"leave out {flag}. Received: {flag} {value}")
+    if args.target == "pixels" and args.color_bits is not None:
+        raise UsageError("--color-bits sets the colour classes of the mean_color targets; --target pixels "
+                         "regresses the pixels instead and has none. Leave out one of them. Received: --target "
+                         f"pixels --color-bits {args.color_bits}")
+    args.channels = 1 if args.channels is None else args.channels
+    args.color_bits = 3 if args.color_bits is None else args.color_bits
+
+
 def run(args):
+    check_flags(args)
     # The run directory and the --save file, each claimed once: handed down to the training and the save.
     run_claim, save_claim = check_training_flags(args)
     if args.data_dir is not None and not os.path.isdir(args.data_dir):

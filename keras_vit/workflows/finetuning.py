@@ -227,6 +227,18 @@ DEFAULT_UPDATES = 500
 # (2,040); on an 18-image folder 500 updates of 32 would be 900 passes (13 min
 # at 224 px on 2 cores) of images learned by heart long before.
 MAX_PASSES = 100
+# ... and from scratch on a folder of fewer than SMALL_FOLDER_IMAGES training
+# images, at most SMALL_FOLDER_PASSES: each such run measured chose its best
+# weights by 37 passes (docs/finetuning.md: the 21-photo first try, ViT-Ti/16
+# from scratch on 18 images, at 37; the grid's 30-image folder from scratch
+# at 12); scaled from the idle 100-pass run it brings the 21-photo first try
+# to about 2 minutes on 2 idle cores (an estimate: not measured idle).
+# From a pre-trained model the evidence is mixed (the grid's 30-image folder
+# peaked at 35 passes, but tests/finetune/test_small_folder.py's 30 striped
+# images scored 58.33% at 60 passes and at least 60% at 100), so it keeps
+# MAX_PASSES. 64 is two batches; no folder between 30 and 120 was measured.
+SMALL_FOLDER_IMAGES = 64
+SMALL_FOLDER_PASSES = 60
 # On a folder too small for the recipe's update size, an update holds at
 # most this share of the training images (in whole batches, at least one).
 MIN_UPDATES_PER_PASS = 10
@@ -249,7 +261,8 @@ def check_run_length(epochs, steps):
                             f"is. Received: epochs={epochs!r}, steps={steps!r}")
 
 
-def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size="recipe", epochs=None, steps=None):
+def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size="recipe", epochs=None, steps=None,
+                 from_scratch=False):
     """How long a fine-tune runs, how large its updates and its epochs are.
 
     The rule (docs/finetuning.md has the measurements behind it):
@@ -268,7 +281,8 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
       of 1,009 batches, a prime, made updates of one batch).
     - Length: `epochs` passes when given. Otherwise `steps` updates, or
       without either `DEFAULT_UPDATES` but no more than `MAX_PASSES`
-      passes over the folder; an epoch is as many passes over a small
+      passes over the folder (`SMALL_FOLDER_PASSES` from scratch on a
+      folder of fewer than `SMALL_FOLDER_IMAGES`); an epoch is as many passes over a small
       folder as make `MIN_BATCHES_PER_EPOCH` batches (fewer in a short run,
       so it has about `MIN_EVALUATIONS` epochs), and the epochs are
       rounded up to whole ones (the run evaluates, checkpoints and resumes
@@ -284,13 +298,17 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
         effective_batch_size: int, `None` or `"recipe"`. See `finetune`.
         epochs: int or `None`. Fixed number of passes.
         steps: int or `None`. Optimizer updates wanted (not with `epochs`).
+        from_scratch: bool. The model starts from random weights (a
+            variant, not a preset).
 
     Returns:
         A dict: `epochs`, `passes` (over the training images per epoch),
         `steps_per_epoch` (batches per epoch, after `dropped_batches` are
         left out of each), `accumulation` (batches per update),
         `images_per_update`, `updates` (of the whole run), `capped` (the
-        default length was cut to `MAX_PASSES` passes), `asked_images_per_update`
+        default length was cut to `max_passes` passes), `max_passes` (the
+        bound of a default length: `MAX_PASSES` or `SMALL_FOLDER_PASSES`;
+        `None` with `steps` or `epochs`), `asked_images_per_update`
         (the recipe's or `effective_batch_size`; `None` without
         accumulation) and `smaller_update` (why the update holds fewer
         images than that, or `None`; `update_cut_by` names the cause,
@@ -306,11 +324,13 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
         cut_by = "small folder"
         smaller = (f"the recipe's {asked}-image update cut to a tenth of the {num_images} training images, in whole "
                    "batches")
-    passes, capped = 1, False
+    passes, capped, max_passes = 1, False, None
     if epochs is None:
         wanted = DEFAULT_UPDATES if steps is None else steps
         if steps is None:  # the default length: no more than MAX_PASSES passes over the folder
-            affordable = max(1, MAX_PASSES * num_images // (accumulation * batch_size))
+            small = from_scratch and num_images < SMALL_FOLDER_IMAGES
+            max_passes = SMALL_FOLDER_PASSES if small else MAX_PASSES
+            affordable = max(1, max_passes * num_images // (accumulation * batch_size))
             wanted, capped = min(wanted, affordable), affordable < wanted
         epoch_batches = min(MIN_BATCHES_PER_EPOCH, max(1, math.ceil(wanted * accumulation / MIN_EVALUATIONS)))
         epoch_batches = max(epoch_batches, accumulation)  # an epoch of passes holds a whole update at least
@@ -328,7 +348,7 @@ def plan_updates(num_images, recipe="paper", batch_size=32, effective_batch_size
     return {"epochs": epochs, "passes": passes, "steps_per_epoch": steps_per_epoch, "accumulation": accumulation,
             "dropped_batches": batches - steps_per_epoch,
             "images_per_update": min(num_images * passes, accumulation * batch_size), "updates": updates,
-            "capped": capped, "asked_images_per_update": asked if accumulation > 1 or smaller else None,
+            "capped": capped, "max_passes": max_passes, "asked_images_per_update": asked if accumulation > 1 or smaller else None,
             "smaller_update": smaller, "update_cut_by": cut_by}
 
 
@@ -368,8 +388,10 @@ def describe_plan(plan, num_images, batch_size, epochs=None, steps=None):
         why = f"{steps} updates as asked, rounded up to whole epochs"
     elif plan["capped"]:
         why = (f"the default {DEFAULT_UPDATES} updates would be {DEFAULT_UPDATES * plan['images_per_update'] // num_images}"
-               f" passes over the folder: at most {MAX_PASSES} passes, rounded up to whole epochs; `steps` or `epochs`"
-               " sets another")
+               f" passes over the folder: at most {plan['max_passes']} passes"
+               + (f" from scratch on a folder of fewer than {SMALL_FOLDER_IMAGES} images"
+                  if plan["max_passes"] != MAX_PASSES
+                  else "") + ", rounded up to whole epochs; `steps` or `epochs` sets another")
     else:
         why = f"the default {DEFAULT_UPDATES} updates, rounded up to whole epochs; `steps` or `epochs` sets another"
     per_update = (f"{plan['accumulation']} batches of {batch_size} accumulated" if plan["accumulation"] > 1
@@ -418,27 +440,124 @@ def warn_about_update_size(plan, recipe, learning_rate):
     )
 
 
-class TimeEstimate(keras.callbacks.Callback):
-    """Prints, once the first updates are timed, about how long the rest of the run will take.
+# The estimate before training (`TimeEstimate`) times the model on the
+# first held-out batch (an evaluation, whose compilation the first epoch's
+# held-out evaluation reuses) and counts the rest from it:
+# - a training step as this many forward passes per image: the backward pass
+#   is about twice the forward's arithmetic (Kaplan et al. 2020, "Scaling
+#   laws": 6N against 2N operations per token);
+TRAIN_STEP_FORWARDS = 3
+# - compiling the training step as this many times compiling the evaluation
+#   (jax, a one-block ViT-Ti/16 at 32 px on the shared 2-core host,
+#   2026-11-28, `JAX_LOG_COMPILES=1`: XLA compiled the training step in
+#   24.7 s and the evaluation step in 5.9 s, 4.2x; torch compiles nothing
+#   and measures about no compilation);
+TRAIN_COMPILE_EVALUATIONS = 4
+# - writing weights and optimizer state at this many bytes a second (each
+#   epoch's backup, each new best, the output).
+SAVE_BYTES_PER_SECOND = 100e6
 
-    The first batch (which compiles the step) and the first epoch's end
-    (which compiles the evaluation) are left out of the timing. On a folder
-    of many batches the estimate comes after `window` batches of the first
-    epoch; on a small one, after whole epochs of at least `window` batches
-    in all, so each epoch's evaluation and checkpoint are counted.
+
+def estimate_run_seconds(timing, plan, batch_size, num_images, held_out_images, first_epoch=0, state_bytes=0,
+                         keeps_best=False):
+    """Seconds the rest of a fine-tune takes, counted from one timed held-out batch.
+
+    Args:
+        timing: dict of the timed held-out batch (`time_held_out_batch`):
+            `first` (seconds of its first evaluation, compilation
+            included), `second` (of its second), `load` (of reading and
+            decoding it) and `images` (in it).
+        plan: dict from `plan_updates`.
+        batch_size: int. Images per step.
+        num_images: int. Training images (one pass).
+        held_out_images: int. Images of each held-out evaluation.
+        first_epoch: int. Epochs already done (a resumed run).
+        state_bytes: int. Bytes of the weights (each save) and, twice as
+            many with the optimizer's, of each epoch's backup.
+        keeps_best: bool. Whether each epoch may also save the best weights.
+
+    Returns:
+        A dict of seconds: `total`, and its parts `compile`, `training`,
+        `evaluation`, `saving`.
+    """
+    images = max(1, timing["images"])
+    load = timing["load"] / images
+    forward = max(0.0, timing["second"] - timing["load"]) / images
+    evaluation_compile = max(0.0, timing["first"] - timing["second"])
+    epochs = max(0, plan["epochs"] - first_epoch)
+    steps = plan["steps_per_epoch"]
+    step = batch_size * (TRAIN_STEP_FORWARDS * forward + load)
+    # A last batch smaller than the others is another shape: compiled again (jax, XLA), once.
+    partial_batch = steps * batch_size > plan["passes"] * num_images
+    partial_held_out = held_out_images > images and held_out_images % images
+    compiling = evaluation_compile * (TRAIN_COMPILE_EVALUATIONS * (2 if partial_batch else 1)
+                                      + (1 if partial_held_out else 0)) if epochs else 0.0
+    saves_per_epoch = 2 + (1 if keeps_best else 0)  # the backup (weights and optimizer state), a new best
+    parts = {"compile": compiling, "training": epochs * steps * step,
+             "evaluation": epochs * held_out_images * (forward + load),
+             "saving": (epochs * saves_per_epoch + 1) * state_bytes / SAVE_BYTES_PER_SECOND}
+    return {"total": sum(parts.values()), **parts}
+
+
+def time_held_out_batch(model, probe, clock=time.perf_counter):
+    """Evaluate `model` on `probe` (a one-batch dataset) twice and read it once, each timed.
+
+    The first evaluation compiles the evaluation step (which the run's own
+    held-out evaluations then reuse); the second times the step alone.
+
+    Returns:
+        A dict: `first`, `second`, `load` (seconds) and `images`.
+    """
+    start = clock()
+    images = len(probe[0][1])
+    load = clock() - start
+    start = clock()
+    model.evaluate(probe, verbose=0)
+    first = clock() - start
+    start = clock()
+    model.evaluate(probe, verbose=0)
+    second = clock() - start
+    return {"first": first, "second": second, "load": load, "images": images}
+
+
+def describe_estimate(seconds):
+    """The line `finetune` prints before training: the whole run's time and what the estimate assumes."""
+    return (f"Time: about {format_duration(seconds['total'])} for the planned updates on this machine, evaluations "
+            f"and saves included (timed on one held-out batch: {format_duration(seconds['training'])} training, "
+            f"{format_duration(seconds['evaluation'])} held-out evaluations, {format_duration(seconds['compile'])} "
+            f"compiling, {format_duration(seconds['saving'])} saving; a training step counted as "
+            f"{TRAIN_STEP_FORWARDS} forward passes); less if it stops early.")
+
+
+class TimeEstimate(keras.callbacks.Callback):
+    """Prints how long the run will take: before its first update, then once the first updates are timed.
+
+    Before the first update (with `estimate`, a callable `(model,
+    first_epoch)` returning `estimate_run_seconds`' dict): the whole run,
+    counted from a timed held-out batch. Then, from the updates
+    themselves: the first batch (which compiles the step) and the first
+    epoch's end (which compiles the evaluation) are left out of the
+    timing. On a folder of many batches the running estimate comes after
+    `window` batches of the first epoch; on a small one, after whole
+    epochs of at least `window` batches in all, so each epoch's evaluation
+    and checkpoint are counted.
     """
 
-    def __init__(self, epochs, steps_per_epoch, window=10, printer=print, may_stop_early=False):
+    def __init__(self, epochs, steps_per_epoch, window=10, printer=print, may_stop_early=False, estimate=None):
         super().__init__()
         self.epochs, self.steps_per_epoch, self.window, self.printer = epochs, steps_per_epoch, window, printer
-        self.may_stop_early = may_stop_early
+        self.may_stop_early, self.estimate = may_stop_early, estimate
         self.first_epoch = self.start = None
         self.batches = 0
         self.done = False
+        self.before = None  # the estimate made before the first update, `estimate_run_seconds`' dict
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.first_epoch is None:
             self.first_epoch = epoch
+            if self.estimate is not None and epoch < self.epochs:
+                self.before = self.estimate(self.model, epoch)
+                self.printer(describe_estimate(self.before))
         elif self.start is None and not self.done:  # small folder: time from the second epoch's start
             self.start, self.batches = time.perf_counter(), 0
         self.epoch = epoch
@@ -733,7 +852,8 @@ def finetune(
         warn_about_training_from_scratch(variant, len(train.paths), len(class_names))
 
     # The plan counts the whole folder and the global batch: a job of N processes makes one process's updates.
-    plan = plan_updates(len(train.paths), recipe, batch_size, effective_batch_size, epochs, steps)
+    plan = plan_updates(len(train.paths), recipe, batch_size, effective_batch_size, epochs, steps,
+                        from_scratch=variant is not None)
     steps_per_epoch, accumulation, updates = plan["steps_per_epoch"], plan["accumulation"], plan["updates"]
     asked_epochs, epochs = epochs, plan["epochs"]
     if plan["passes"] > 1 or plan["dropped_batches"]:
@@ -762,7 +882,12 @@ def finetune(
         print(describe_plan(plan, len(train.paths), batch_size, asked_epochs, steps))
         print(describe_stopping(patience if early_stop else None, validation is not None), flush=True)
         if engines.current().is_chief():
-            callbacks = [TimeEstimate(epochs, steps_per_epoch, may_stop_early=keeper is not None), *callbacks]
+            estimate = None
+            if validation is not None and engines.current().process_count() == 1:
+                estimate = _estimate_before_training(validation, plan, batch_size, len(train.paths),
+                                                     keeps_best=keeper is not None)
+            callbacks = [TimeEstimate(epochs, steps_per_epoch, may_stop_early=keeper is not None, estimate=estimate),
+                         *callbacks]
     settings = {
         "data_dir": os.path.abspath(data_dir), "validation_dir": validation_dir and os.path.abspath(validation_dir),
         "preset": preset, "variant": variant, "image_size": list(backbone.image_size), "recipe": recipe,
@@ -794,6 +919,21 @@ def finetune(
         "images_per_update": plan["images_per_update"], "epochs": epochs, "best": best,
         "stopped_early": None if keeper is None else keeper.stopped_early,
     }
+
+
+def _estimate_before_training(validation, plan, batch_size, num_images, keeps_best):
+    """`TimeEstimate`'s `estimate`: the run's seconds from its first held-out batch, evaluated and timed."""
+    # Its first batch only: a copy (`validation` is not changed) of its own class (one-hot labels under MixUp),
+    # one batch long.
+    probe = copy.copy(validation)
+    probe.__class__ = type("FirstBatch", (type(validation),), {"__len__": lambda self: 1})
+
+    def estimate(model, first_epoch):
+        state_bytes = sum(int(np.prod(weight.shape)) * 4 for weight in model.weights)
+        return estimate_run_seconds(time_held_out_batch(model, probe), plan, batch_size, num_images,
+                                    len(validation.paths), first_epoch, state_bytes, keeps_best)
+
+    return estimate
 
 
 def _best_in_run_dir(run, model, class_names):
