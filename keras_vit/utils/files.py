@@ -156,7 +156,8 @@ def _write_marker(directory, document):
 # === Destinations ===
 
 
-def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False, make_parents=True):
+def claim(path, kind, *, inputs=None, argument=None, names=None, directories=None, reserved=(), in_place=False,
+          make_parents=True):
     """Check an output before any work and return the `Destination` that writes it.
 
     Args:
@@ -173,6 +174,11 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in
             files *into* (beside the user's own, e.g. figures or a run
             directory): the names it writes, each free or ours. `None`
             replaces the whole directory.
+        directories: dict `{name: kind}` or `None`. With `names`: the
+            directories the command writes into it (a run's backup slots),
+            each new, empty, or keras_vit's by its own marker (of that kind,
+            holding nothing else); a user's file inside one is refused by
+            name. Written with `new_directory(name)`.
         reserved: names the new directory will hold, for a kind that keeps
             the user's files beside ours: each must be free or ours.
         in_place: bool. The command is documented to update its input in
@@ -187,8 +193,8 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in
     Raises:
         ArgumentError: naming the path, the problem and the argument.
     """
-    return Destination(path, kind, inputs=inputs, argument=argument, names=names, reserved=reserved,
-                       in_place=in_place, make_parents=make_parents)
+    return Destination(path, kind, inputs=inputs, argument=argument, names=names, directories=directories,
+                       reserved=reserved, in_place=in_place, make_parents=make_parents)
 
 
 class Destination:
@@ -196,19 +202,21 @@ class Destination:
 
     Made by `claim`. Write with `file()` / `staged()` (one file), `directory()`
     (a directory replaced in one step), or `file(name)` / `staged(name=)` /
-    `save_text` / `save_json` / `save_figure` (names into a directory); `remove(name)`
-    deletes an entry only while it holds what keras_vit wrote.
+    `save_text` / `save_json` / `save_figure` / `new_directory(name)` (names
+    into a directory); `remove(name)` deletes a claimed entry only while it
+    holds what keras_vit wrote.
     """
 
-    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False,
-                 make_parents=True):
+    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, directories=None, reserved=(),
+                 in_place=False, make_parents=True):
         if path is None:
             raise ArgumentError("{name} is required: give a path to write to.", argument)
         self.path = os.path.abspath(os.fspath(path))
         self.given = os.fspath(path)
         self.kind = kind
         self.argument = argument
-        self.names = None if names is None else list(names)
+        self.directories = dict(directories or {})
+        self.names = None if names is None else [*names, *self.directories]
         self.reserved = tuple(reserved)
         parent = os.path.dirname(self.path)
         if not make_parents and not os.path.isdir(parent):
@@ -229,7 +237,10 @@ class Destination:
                                     argument)
             check_writable(self.given, argument)
         elif self.names is not None:
-            check_writable_names(self.path, self.names, kind, argument)
+            check_writable_names(self.path, [name for name in self.names if name not in self.directories], kind,
+                                 argument)
+            for name, entry_kind in self.directories.items():
+                check_replaceable(os.path.join(self.path, name), entry_kind, argument)
             if not os.path.lexists(self.path):
                 _check_parent(self.path, argument)
         else:
@@ -319,23 +330,67 @@ class Destination:
             figure.savefig(file, format="png", dpi=figure.dpi)
 
     def remove(self, name):
-        """Delete entry `name` if it holds what keras_vit wrote; a marked directory keeps the user's files in it.
+        """Delete claimed entry `name` while it holds what keras_vit wrote; anything else is left as it is.
+
+        A file is ours by the digest this directory's marker records; a
+        directory (`directories`) by its own marker, holding nothing else.
 
         Returns:
-            True if nothing of the entry is left.
+            True if nothing is left at the name.
         """
         path = self._target(name)
-        kind, entries = read_marker(self.path)
-        if kind != self.kind or not _owns(self.path, name, entries):
-            return not os.path.lexists(path)
-        if os.path.isdir(path) and not os.path.islink(path):
-            gone = remove_owned(path)
+        if name in self.directories:
+            if os.path.isdir(path) and not os.path.islink(path) and not foreign_entries(path, self.directories[name]):
+                _remove_ours(path)
         else:
-            os.remove(path)
-            gone = True
-        if gone:
-            _write_marker(self.path, {"writer": "keras_vit", "kind": kind, "entries": dict(entries)})
-        return gone
+            kind, entries = read_marker(self.path)
+            if kind == self.kind and _owns(self.path, name, entries):
+                os.remove(path)
+        return not os.path.lexists(path)
+
+    @contextlib.contextmanager
+    def new_directory(self, name):
+        """Write claimed directory `name` anew: built under a private name, then put in place of the old one.
+
+        For a directory nothing reads while it is written (the backup slot a
+        run's pointer does not name): the old one is removed, then the new
+        one renamed in, so no exchange is needed and nothing is carried. A
+        kill leaves the old directory, a part of it (ours by its marker),
+        or the new one, and at most a private staging name the next write
+        of `name` removes.
+
+        Yields:
+            str. The private directory to write into; on success its files
+            are recorded in its marker, flushed to disk, and it takes `name`.
+        """
+        path, kind = self._target(name), self.directories.get(name)
+        if kind is None:
+            raise ValueError(f"{name!r} was not claimed as a directory in {quote(self.path)}.")
+        os.makedirs(self.path, exist_ok=True)
+        _clean_abandoned(path)  # the staging of a killed write of `name`
+        staging = os.path.join(self.path, _private_name(name, "incoming"))
+        try:
+            os.mkdir(staging)
+            _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours
+            yield staging
+            _write_marker(staging, {"writer": "keras_vit", "kind": kind, "entries": {
+                entry: digest_of(os.path.join(staging, entry)) for entry in os.listdir(staging) if entry != MARKER}})
+            _flush_tree(staging)
+            # Again: time passed since the claim (an epoch), and a file the user put there since is refused by
+            # name, never removed.
+            check_replaceable(path, kind, self.argument)
+            if os.path.lexists(path):
+                _remove_ours(path)
+            os.rename(staging, path)
+            _flush_directory(self.path)
+        except BaseException as error:
+            if os.path.isdir(staging):
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(staging)  # all ours: made under our private name by this process
+            full = _no_space_error(error, path)
+            if full is not None:
+                raise full from None
+            raise
 
     @contextlib.contextmanager
     def directory(self):
@@ -814,6 +869,42 @@ def _same_file(first, second):
     except OSError:
         return False
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _remove_ours(directory):
+    """Remove a directory keras_vit wrote whole, its marker last: a kill leaves a part of it that is still ours."""
+    for name in os.listdir(directory):
+        if name != MARKER:
+            entry = os.path.join(directory, name)
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                shutil.rmtree(entry)
+            else:
+                os.remove(entry)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(directory, MARKER))
+    os.rmdir(directory)
+
+
+def _flush_tree(directory):
+    """`fsync` each file of `directory` and the directory itself: on disk before a rename makes it the one read."""
+    for name in os.listdir(directory):
+        entry = os.path.join(directory, name)
+        if os.path.isfile(entry) and not os.path.islink(entry):
+            descriptor = os.open(entry, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+    _flush_directory(directory)
+
+
+def _flush_directory(directory):
+    with contextlib.suppress(OSError):  # a file system that cannot sync a directory (some network mounts)
+        descriptor = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 def recover_abandoned(path):

@@ -517,15 +517,12 @@ def writers():
 
         export_model(models["new"], at(root, "out", "graph"), format="saved_model", check=False)
 
-    # --- the epoch backup of a run directory ---
+    # --- the epoch backup of a run directory: two slots and the pointer ---
+    # Two epochs before: both slots written, the pointer naming the second; the write rewrites the first slot
+    # (its old files removed, the new one renamed in) and then the pointer.
     def backup_prepare(root, models):
-        from keras_vit.workflows import resuming
-
-        run = at(root, "run")
-        os.makedirs(run)
-        files.mark_directory(run, resuming.RUN_KIND, [])
-        _backup(models["old"], run)
-        _user_files(root, "run/backup/NOTES.md", "run/notes.txt")
+        _backup(models["old"], at(root, "run"), epochs=2)
+        _user_files(root, "run/notes.txt")
 
     def backup_write(root, models):
         _backup(models["new"], at(root, "run"))
@@ -577,8 +574,8 @@ def writers():
         Writer("timm", ["out/model.safetensors"], timm_prepare, timm_write),
         Writer("export-saved_model", ["out/graph"], export_prepare, export_write, backend="tensorflow",
                graphs=["out/graph"]),
-        Writer("epoch-backup", ["run/backup", "run/.keras_vit.json"], backup_prepare, backup_write,
-               user_inside=("run/backup/NOTES.md",), path="run/backup"),
+        Writer("epoch-backup", ["run/backup.json", "run/.keras_vit.json"], backup_prepare,
+               backup_write, path="run"),
         Writer("lora", ["out/adapter.lora.npz"], lora_prepare, lora_write),
         Writer("figure", ["out/attention.png"], figure_prepare, figure_write),
         Writer("figures-dir", ["figs/a.png", "figs/b.png", "figs/.keras_vit.json"], figures_prepare,
@@ -645,12 +642,15 @@ def _cli(argv):
     return cli.main(argv)
 
 
-def _backup(model, run):
+def _backup(model, run, epochs=1):
+    """The next epoch's backup of run directory `run` (resumed from its pointer), `epochs` times."""
     from keras_vit.workflows import resuming
 
-    checkpoint = resuming.EpochCheckpoint(os.path.join(run, resuming.BACKUP_DIR), {"seed": 1})
+    checkpoint = resuming.EpochCheckpoint(resuming.claim_run(run), {"seed": 1})
+    done = checkpoint.restore(model)
     checkpoint.set_model(model)
-    checkpoint.on_epoch_end(0, {"loss": 1.0})
+    for epoch in range(done, done + epochs):
+        checkpoint.on_epoch_end(epoch, {"loss": 1.0})
 
 
 def _figures(directory, seed):
