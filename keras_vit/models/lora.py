@@ -176,7 +176,7 @@ class LowRankAdaptation:
         arrays = self.lora_weights()
         destination = path if isinstance(path, files.Destination) else files.claim(path, files.FILE)
         with destination.staged(suffix=".npz") as temporary:
-            files.write_arrays(temporary, arrays)
+            np.savez(temporary, **arrays)  # plain arrays, no pickles
 
     def load_lora_weights(self, path, kernels_merged=False):
         """Load LoRA factors written by `save_lora_weights`.

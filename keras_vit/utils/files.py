@@ -18,8 +18,7 @@ The claim is made once, by the command, and handed down to the save.
 beside it and exchanged with the old one by Linux's
 `renameat2(RENAME_EXCHANGE)`, so a kill at any instruction leaves the old or
 the new directory at the path, never a mix. Where a kind keeps the user's
-files (a Hugging Face directory beside a user's README, a checkpoint with a
-user's notes), those files are carried into the new directory as hard links
+files (a Hugging Face directory beside a user's README), those files are carried into the new directory as hard links
 before the exchange, and the user's directories as copies (a directory
 cannot be linked; the original stays in the old directory until the swap
 retires it). Where no exchange exists, the old directory is moved aside
@@ -65,7 +64,6 @@ from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.ownership import (  # noqa: F401  (public names of the writer, importable from here)
     CHUNK,
     KEEPS_USERS_FILES,
-    MARKED_DIRECTORY,
     MARKER,
     NO_SPACE,
     NOT_ALLOWED,
@@ -118,7 +116,7 @@ def _new_file_mode(path=None):
     return 0o666 & ~_umask()
 
 
-def mark_directory(directory, kind, names, coming=()):
+def mark_directory(directory, kind, names):
     """Record that keras_vit wrote `names` (inside `directory`) as a `kind` directory, with their digests.
 
     Entries recorded before for the same kind are kept.
@@ -126,23 +124,13 @@ def mark_directory(directory, kind, names, coming=()):
     Args:
         directory: str. The directory whose marker is written.
         kind: str. What keras_vit keeps there (e.g. `"run"`).
-        names: iterable of str. Entries written: recorded by digest (a file)
-            or as a marked directory.
-        coming: iterable of str. Directories about to be swapped in, recorded
-            *before* the swap: a kill between the swap and a record made
-            after it would leave keras_vit's own directory unrecorded, and
-            the next run would refuse it as the user's. Such an entry is ours
-            only while it is a directory carrying a keras_vit marker.
+        names: iterable of str. Entries written, each recorded by its digest.
     """
     previous_kind, entries = read_marker(directory)
     entries = dict(entries) if previous_kind == kind else {}
-    for name in coming:
-        entries[name] = MARKED_DIRECTORY
     for name in names:
         path = os.path.join(directory, name)
-        if os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None:
-            entries[name] = MARKED_DIRECTORY
-        elif os.path.lexists(path):
+        if os.path.lexists(path):
             entries[name] = digest_of(path)
         # A name not written yet is not recorded: whoever writes it first owns it.
     _write_marker(directory, {"writer": "keras_vit", "kind": kind, "entries": dict(sorted(entries.items()))})
@@ -164,7 +152,7 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, directories=Non
         path: str or path-like. The file or directory to write.
         kind: str. `FILE` (`"file"`) for one file, whatever its format; a
             directory kind otherwise (`"preset"`,
-            `"huggingface"`, `"export"`, `"checkpoint"`, `"run"`,
+            `"huggingface"`, `"export"`, `"run"`,
             `"figures"`...), recorded in its marker.
         inputs: dict `{what: path or list of paths}` the command reads;
             an output that is, contains or lies inside one is refused.
@@ -289,7 +277,7 @@ class Destination:
             if isinstance(old, list):
                 known = old
             else:
-                known = [old] if isinstance(old, str) and old != MARKED_DIRECTORY else []
+                known = [old] if isinstance(old, str) else []
             entries[name] = sorted(set(known) | {digest_of(temporary)})
             _write_marker(self.path, {"writer": "keras_vit", "kind": self.kind,
                                       "entries": dict(sorted(entries.items()))})
@@ -595,49 +583,10 @@ def discarded_copy(write, name):
         write(os.path.join(scratch, name))
 
 
-def export_graph(model, path, format):
-    """`model.export` into `path`, inside a staging directory the writer gave."""
-    model.export(path, format=format, verbose=False)
-
-
-def write_arrays(path, arrays):
-    """`np.savez` (plain arrays, no pickles) into `path`, inside a staging directory the writer gave."""
-    import numpy as np
-
-    np.savez(path, **arrays)
-
-
 def write_json_file(path, value, **options):
     """A JSON file written whole (for a file inside a staging directory, or one claimed file)."""
     with atomic_write(path, "w") as file:
         json.dump(value, file, **options)
-
-
-def make_directory(path):
-    """A new directory (with its parents), mode from the umask."""
-    os.makedirs(path, exist_ok=True)
-
-
-def probe_writable(directory):
-    """Create and delete a nameless file in `directory`: raises `OSError` where files cannot be made.
-
-    `os.access` says yes to root on a read-only mount; a real file settles it.
-    """
-    tempfile.TemporaryFile(dir=directory).close()
-
-
-def remove_damaged_download(path, cache_root):
-    """Delete a downloaded file (and the blob a link of the cache points to) whose checksum failed.
-
-    Only files inside `cache_root` (the download cache, which the hub
-    library owns) are removed; anything else is refused.
-    """
-    root = os.path.realpath(cache_root)
-    for stale in (path, os.path.realpath(path)):
-        if not os.path.realpath(os.path.dirname(os.path.abspath(stale))).startswith(root + os.sep):
-            raise ValueError(f"Refusing to remove {quote(stale)}: it is outside the download cache {quote(root)}.")
-        if os.path.lexists(stale) and not os.path.isdir(stale):
-            os.remove(stale)
 
 
 # === Replacing a directory in one step ===
@@ -993,38 +942,8 @@ def _clean_abandoned(path):
         recover_abandoned(path)
 
 
-# Kept for callers written before the writer: recovery now touches only provably abandoned staging.
-recover_directory = recover_abandoned
-
-
 @contextlib.contextmanager
 def atomic_directory(path, kind="output"):
     """Build a directory under a private staging name and swap it into place (`claim(path, kind).directory()`)."""
     with claim(path, kind).directory() as staging:
         yield staging
-
-
-def remove_owned(directory):
-    """Delete what keras_vit wrote in `directory` (by its marker); keep the user's files. True if it is gone."""
-    kind, entries = read_marker(directory)
-    if kind is None:
-        return False
-    kept = []
-    for name in os.listdir(directory):
-        if name == MARKER:
-            continue
-        entry = os.path.join(directory, name)
-        if _owns(directory, name, entries):
-            if os.path.isdir(entry) and not os.path.islink(entry):
-                shutil.rmtree(entry)
-            else:
-                os.remove(entry)
-        else:
-            kept.append(name)
-    if kept:
-        _write_marker(directory, {"writer": "keras_vit", "kind": kind,
-                                  "entries": {name: value for name, value in entries.items() if name in kept}})
-        return False
-    os.remove(os.path.join(directory, MARKER))
-    os.rmdir(directory)
-    return True

@@ -34,9 +34,7 @@ from keras_vit.utils.errors import ArgumentError
 MARKER = ".keras_vit.json"
 # Directory kinds whose replacement keeps the user's files in them (carried into the new directory);
 # the others refuse a directory that holds anything keras_vit did not write there.
-KEEPS_USERS_FILES = ("huggingface", "checkpoint")
-# The marker's value for an entry that is a directory with a marker of its own (a run's `backup/`).
-MARKED_DIRECTORY = "marked-directory"
+KEEPS_USERS_FILES = ("huggingface",)
 CHUNK = 1 << 20  # bytes read at a time
 # The failures of a write that name their cause and fix for the user: a full disk (or quota), and a refusal.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -147,8 +145,6 @@ def _owns(directory, name, entries):
     recorded = entries[name]
     if recorded is None:  # an old marker's name without a digest: nothing proves the content is ours
         return False
-    if recorded == MARKED_DIRECTORY:
-        return os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None
     # A list: a file being replaced, recorded before it is put in place (its old content or its new one).
     accepted = recorded if isinstance(recorded, list) else [recorded]
     try:

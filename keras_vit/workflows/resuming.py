@@ -211,7 +211,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
             with self.run.new_directory(slot) as staging:
                 files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
                 if getattr(self.model, "lora_enabled", False):
-                    files.write_arrays(os.path.join(staging, CHECKPOINT_LORA), self.model.lora_weights())
+                    np.savez(os.path.join(staging, CHECKPOINT_LORA), **self.model.lora_weights())
                 files.write_json_file(os.path.join(staging, CHECKPOINT_STATE), {
                     "seed_states": [keras.ops.convert_to_numpy(v.value).tolist() for v in _seed_states(self.model)],
                     "global_rng": global_rng_state(),

@@ -275,7 +275,7 @@ def _canonical_json(data, name):
         if name == ".keras_vit.json" and isinstance(value.get("entries"), dict):
             # Digests of files whose bytes differ between two saves of one model (dates): the names and
             # what kind of record each has are what a whole marker is.
-            value["entries"] = {key: item if item in (None, "marked-directory") else "digest"
+            value["entries"] = {key: None if item is None else "digest"
                                 for key, item in value["entries"].items()}
     return value
 
