@@ -166,8 +166,11 @@ def check_training_flags(args):
     init_from = getattr(args, "init_from", None)
     reads = {"data directory": getattr(args, "data_dir", None),
              "pre-trained model": init_from if init_from and os.path.exists(init_from) else None}
-    save_claim = None if save is None else claim(save, FILE, inputs=reads, argument="save")
-    run_claim = claim_run(getattr(args, "run_dir", None) or default_run_dir(save), inputs=reads)
+    run_dir = getattr(args, "run_dir", None) or default_run_dir(save)
+    # The saved model never in the run directory (nor the run directory in it): one would replace the other.
+    save_claim = None if save is None else claim(save, FILE, inputs={**reads, "run directory (--run-dir)": run_dir},
+                                                 argument="save")
+    run_claim = claim_run(run_dir, inputs=reads)
     return run_claim, save_claim
 
 

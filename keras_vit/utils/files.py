@@ -229,12 +229,12 @@ class Destination:
                                  argument)
             for name, entry_kind in self.directories.items():
                 check_replaceable(os.path.join(self.path, name), entry_kind, argument)
-            if not os.path.lexists(self.path):
-                _check_parent(self.path, argument)
+            # The names are written inside it: it, or the nearest directory above it that exists, must be writable.
+            _check_parent(os.path.join(self.path, self.names[0] if self.names else "."), argument)
         else:
             check_replaceable(self.path, kind, argument, names=self.reserved)
-            if not os.path.lexists(self.path):
-                _check_parent(self.path, argument)
+            # Whether or not it exists: the new directory is built beside it, in its parent (a read-only mount).
+            _check_parent(self.path, argument)
 
     def __fspath__(self):
         return self.path
@@ -250,7 +250,9 @@ class Destination:
 
     def _prepare(self, name):
         if name is not None:
-            check_writable_names(self.path, [name], self.kind, self.argument)  # again: time passed since the claim
+            # Again, on purpose: the claim was made at the command's start and the work (a training) came between;
+            # a file the user put at `name` since is refused, not overwritten.
+            check_writable_names(self.path, [name], self.kind, self.argument)
             os.makedirs(self.path, exist_ok=True)
         _clean_abandoned(self._target(name))
 
@@ -421,6 +423,8 @@ def atomic_write(path, mode="wb", before_replace=None):
     if mode not in ("w", "wb"):
         raise ValueError(f"`mode` must be 'w' or 'wb'. Received: mode={mode!r}")
     path = os.fspath(path)
+    # Checked here, when the file is opened: after a claim, the work came between (a directory may have been
+    # put at the path since); called alone, this is the only check.
     check_writable(path)
     # A killed earlier write of this path left its private temporary: ours, of an ended process, never the user's.
     _clean_abandoned(path)
@@ -627,7 +631,9 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
     parent, base = os.path.split(path)
     os.makedirs(parent, exist_ok=True)
     recover_abandoned(path)
-    check_replaceable(path, kind, argument, names=reserved)  # again: time passed since the claim
+    # Again, on purpose: the claim was made at the command's start and the work came between; a file the user
+    # put into the directory since is refused here, before anything of it is replaced.
+    check_replaceable(path, kind, argument, names=reserved)
     staging = os.path.join(parent, _private_name(base, "incoming"))
     carried_directories = []
     try:

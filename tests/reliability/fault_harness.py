@@ -369,13 +369,16 @@ class Writer:
         no_exchange: bool. The system has no `renameat2` exchange (EINVAL): the fallback of two renames.
         backend: str or `None`. The only backend the writer runs on here (a driver of that backend runs it).
         graphs: outputs that are exported graphs, compared by what they compute (see `snapshot`).
+        owned: relative paths that are the writer's but not compared whole (a run's backup slot that its
+            pointer does not name, written before the pointer names it).
         read: `read(root, models)` or `None`. keras_vit's next access of the output (a load), run in a child
             when the state a fault left is not whole; "whole" is then judged after it (see the module's (a)).
     """
 
     def __init__(self, name, outputs, prepare, write, user_inside=(), cli=False, path=None, no_exchange=False,
-                 backend=None, graphs=(), read=None):
+                 backend=None, graphs=(), read=None, owned=()):
         self.name, self.outputs, self.prepare, self.write = name, list(outputs), prepare, write
+        self.owned = tuple(owned)
         self.read = read
         self.backend, self.graphs = backend, tuple(graphs)
         self.user_inside = tuple(user_inside)
@@ -521,11 +524,12 @@ def writers():
     # Two epochs before: both slots written, the pointer naming the second; the write rewrites the first slot
     # (its old files removed, the new one renamed in) and then the pointer.
     def backup_prepare(root, models):
-        _backup(models["old"], at(root, "run"), epochs=2)
+        _backup(models["old"], at(root, "run"), 0)
+        _backup(models["old"], at(root, "run"), 1)
         _user_files(root, "run/notes.txt")
 
     def backup_write(root, models):
-        _backup(models["new"], at(root, "run"))
+        _backup(models["new"], at(root, "run"), 2)
 
     # --- the LoRA file ---
     def lora_prepare(root, models):
@@ -574,8 +578,8 @@ def writers():
         Writer("timm", ["out/model.safetensors"], timm_prepare, timm_write),
         Writer("export-saved_model", ["out/graph"], export_prepare, export_write, backend="tensorflow",
                graphs=["out/graph"]),
-        Writer("epoch-backup", ["run/backup.json", "run/.keras_vit.json"], backup_prepare,
-               backup_write, path="run"),
+        Writer("epoch-backup", ["run/backup.json", "run/.keras_vit.json"], backup_prepare, backup_write,
+               path="run", owned=("run/backup.a", "run/backup.b")),
         Writer("lora", ["out/adapter.lora.npz"], lora_prepare, lora_write),
         Writer("figure", ["out/attention.png"], figure_prepare, figure_write),
         Writer("figures-dir", ["figs/a.png", "figs/b.png", "figs/.keras_vit.json"], figures_prepare,
@@ -642,15 +646,18 @@ def _cli(argv):
     return cli.main(argv)
 
 
-def _backup(model, run, epochs=1):
-    """The next epoch's backup of run directory `run` (resumed from its pointer), `epochs` times."""
+def _backup(model, run, epoch):
+    """The backup of epoch `epoch` (0-based) of `model` in run directory `run`.
+
+    The slot of epoch n is the n-th in turn (a run that resumes rewrites the slot the pointer does not name,
+    so the turns hold across a kill): the same write whatever a fault left, as the harness's rerun needs.
+    """
     from keras_vit.workflows import resuming
 
     checkpoint = resuming.EpochCheckpoint(resuming.claim_run(run), {"seed": 1})
-    done = checkpoint.restore(model)
+    checkpoint.slot = resuming.SLOTS[(epoch - 1) % 2] if epoch else None  # as restoring epoch `epoch` sets it
     checkpoint.set_model(model)
-    for epoch in range(done, done + epochs):
-        checkpoint.on_epoch_end(epoch, {"loss": 1.0})
+    checkpoint.on_epoch_end(epoch, {"loss": 1.0})
 
 
 def _figures(directory, seed):
@@ -891,7 +898,7 @@ class WriterRun:
 
     def _untouched(self, state, when, allow_staging):
         problems = []
-        outputs = self.writer.outputs
+        outputs = [*self.writer.outputs, *self.writer.owned]
         for key, value in self.old.items():
             ours = any(_under(key, output) for output in outputs) and key not in self.writer.user_inside
             if ours or is_staging(key):
