@@ -560,22 +560,6 @@ def _no_space_error(error, path):
                 f"content, if any, is kept). {fix}", path)
 
 
-@contextlib.contextmanager
-def errors_named(path):
-    """A full disk or a refused permission inside the block raised as one error naming the user's `path`.
-
-    For a write made on the user's behalf under another name (the run
-    directory's marker for its backup, an upload's private copy).
-    """
-    try:
-        yield
-    except OSError as error:
-        named = _no_space_error(error, path)
-        if named is not None:
-            raise named from None
-        raise
-
-
 def discarded_copy(write, name):
     """`write(path)` for a `path` in a private scratch directory that is deleted at once.
 
