@@ -152,9 +152,10 @@ def google_npz_from_timm(model, prefix, big_vision=False, scanned=False):
         "embedding/bias": sd["patch_embed.proj.bias"],
         "Transformer/encoder_norm/scale": sd["norm.weight"],
         "Transformer/encoder_norm/bias": sd["norm.bias"],
-        "head/kernel": sd["head.weight"].T,
-        "head/bias": sd["head.bias"],
     }
+    if "head.weight" in sd:  # a tower without a classifier (SigLIP's image tower) has none
+        out["head/kernel"] = sd["head.weight"].T
+        out["head/bias"] = sd["head.bias"]
     if "cls_token" in sd:
         out["cls"] = sd["cls_token"]
     out["pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"] = sd["pos_embed"]

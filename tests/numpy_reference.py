@@ -20,6 +20,14 @@ def gelu(x):
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
+def gelu_tanh(x):
+    """GELU with the tanh approximation (Flax's `nn.gelu` default, big_vision's MLPs)."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+ACTIVATIONS = {"gelu": gelu, "gelu_tanh": gelu_tanh}
+
+
 def softmax(x):
     x = x - x.max(-1, keepdims=True)
     e = np.exp(x)
@@ -64,14 +72,41 @@ def attention(x, w, num_heads, return_probabilities=False):
     return out
 
 
-def vit_forward(images, weights, patch, num_heads, epsilon, mean, std, scale, intermediates=False):
+def map_head(tokens, w, num_heads, epsilon, activation="gelu"):
+    """Multi-head attention pooling of one token sequence (T, D) -> (D,), as the MAP paper defines it.
+
+    A learned probe (D,) is the single query of a multi-head attention over
+    the tokens (keys and values), the result is projected back, and a
+    pre-LayerNorm MLP with a residual follows:
+    `y = MHA(probe, tokens); pooled = y + MLP(LN(y))`.
+
+    `w` is a dict: `probe (D,)`, `wq, bq, wk, bk, wv, bv, wo, bo` (as in
+    `attention`), `ln_g, ln_b`, `w1, b1, w2, b2`.
+    """
+    width = tokens.shape[-1]
+    head = width // num_heads
+    q = w["probe"] @ w["wq"] + w["bq"]  # (D,)
+    k = tokens @ w["wk"] + w["bk"]  # (T, D)
+    v = tokens @ w["wv"] + w["bv"]
+    attended = np.zeros(width)
+    for h in range(num_heads):
+        cols = slice(h * head, (h + 1) * head)
+        probs = softmax(k[:, cols] @ q[cols] / math.sqrt(head))  # (T,)
+        attended[cols] = probs @ v[:, cols]
+    y = attended @ w["wo"] + w["bo"]
+    hidden = ACTIVATIONS[activation](layer_norm(y, w["ln_g"], w["ln_b"], epsilon) @ w["w1"] + w["b1"])
+    return y + hidden @ w["w2"] + w["b2"]
+
+
+def vit_forward(images, weights, patch, num_heads, epsilon, mean, std, scale, intermediates=False, activation="gelu"):
     """Tokens after the final LayerNorm for a batch of raw images.
 
-    `weights` is a dict: `projection_w (P*P*C, D)`, `projection_b`, `cls (D,)`,
+    `weights` is a dict: `projection_w (P*P*C, D)`, `projection_b`, `cls (D,)`
+    (or `None`: no class token, as in big_vision's MAP and GAP models),
     optional `registers (R, D)` (register tokens placed after the class
     token), `pos (1+R+N, D)`, `blocks` (a list of dicts with `ln1_g, ln1_b,
     wq, bq, wk, bk, wv, bv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2`), `norm_g`,
-    `norm_b`.
+    `norm_b`. `activation` is the MLP's, `"gelu"` (exact) or `"gelu_tanh"`.
 
     With `intermediates=True`, returns a dict of batched arrays instead:
     `embeddings` (tokens entering block 0), `blocks` (a list: tokens after
@@ -82,7 +117,7 @@ def vit_forward(images, weights, patch, num_heads, epsilon, mean, std, scale, in
     for image in images.astype("float64"):
         image = (image * scale - np.asarray(mean)) / np.asarray(std)
         z = patchify(image, patch) @ weights["projection_w"] + weights["projection_b"]  # eq. 1
-        prefix = [weights["cls"][None]]
+        prefix = [] if weights.get("cls") is None else [weights["cls"][None]]
         if weights.get("registers") is not None:
             prefix.append(weights["registers"])
         z = np.concatenate(prefix + [z]) + weights["pos"]
@@ -93,7 +128,8 @@ def vit_forward(images, weights, patch, num_heads, epsilon, mean, std, scale, in
                 layer_norm(z, block["ln1_g"], block["ln1_b"], epsilon), block, num_heads, return_probabilities=True
             )
             z = z + attended  # eq. 2
-            hidden = gelu(layer_norm(z, block["ln2_g"], block["ln2_b"], epsilon) @ block["w1"] + block["b1"])
+            normed = layer_norm(z, block["ln2_g"], block["ln2_b"], epsilon)
+            hidden = ACTIVATIONS[activation](normed @ block["w1"] + block["b1"])
             z = z + hidden @ block["w2"] + block["b2"]  # eq. 3
             per_block.append(z)
             per_attention.append(probs)

@@ -104,6 +104,9 @@ def run(args):
     from keras_vit.convert import export_huggingface, export_timm
 
     if not os.path.exists(args.source):
+        from keras_vit.presets.handles import check_not_killed_save
+
+        check_not_killed_save(args.source)  # the load's message: the copy a killed save left and its `mv`
         raise UsageError(f"no such checkpoint: {args.source}")
     target = _destination_format(args.destination, args.to)
     image_size = args.image_size  # N or (H, W), checked while parsing

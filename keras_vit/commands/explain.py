@@ -182,6 +182,10 @@ def run(args):
     destination.save_json("figure7.json", numbers, indent=2)
     written.append(os.path.join(args.out, "figure7.json"))
 
+    # Say what the rollout figures show: for a model without a class token it is not the class token's.
+    from keras_vit.inspection.attention import QUERY_DESCRIPTIONS, default_query
+
+    print(f"The rollout figures show the attention of {QUERY_DESCRIPTIONS[default_query(first_maps)]}.")
     per_block = distances.mean(axis=1)
     print(f"Mean attention distance (pixels, mean over heads): first block {per_block[0]:.2f}, "
           f"last block {per_block[-1]:.2f} (image diagonal {panels.image_diagonal:.1f}).")

@@ -29,5 +29,7 @@ def run(args):
         if args.verbose:
             print(f"{'':<{width}}  source {entry['source']} ({entry['format']}), revision "
                   f"{entry['revision'] or 'main'}, sha256 {entry['sha256'] or 'not pinned'}, license {entry['license']}")
-    print(f"\n{len(names)} presets. Load one with keras_vit.ViTClassifier.from_preset(NAME).")
+    print(f"\n{len(names)} presets. Load one with keras_vit.ViTClassifier.from_preset(NAME); one without a head "
+          "(classes '-') with keras_vit.ViTBackbone.from_preset(NAME), or ViTClassifier.from_preset(NAME, "
+          "num_classes=N) for a new head.")
     return 0

@@ -10,6 +10,17 @@ pre-Linen names, sometimes below an `opt/target/` prefix:
 `MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`, a top-level
 `pos_embedding` that covers the patches only (the class token gets none)
 and, for scanned models, one stacked `Transformer/encoderblock/`.
+
+big_vision's `pool_type='map'` models (SigLIP's image tower) add `MAPHead_0/`
+(big_vision/models/vit.py, `MAPHead`): a `probe` `(1, 1, D)`, its own
+`MultiHeadDotProductAttention_0` (query from the probe, key and value from the
+tokens), `LayerNorm_0` and `MlpBlock_0`, read into the backbone's
+`attention_pool`. big_vision's MLPs use Flax's `nn.gelu`, the tanh
+approximation, which such a model gets (`mlp_activation="gelu_tanh"`, as timm
+and Hugging Face build SigLIP). A SigLIP two-tower archive
+(big_vision/models/proj/image_text/two_towers.py) holds the image tower under
+`params/img/`: only the image tower is read; the text tower (`params/txt/`) and
+the loss's temperature and bias (`params/t`, `params/b`) are ignored by name.
 """
 
 import re
@@ -47,8 +58,13 @@ _NPZ_RANKS = (
     (r"(Dense_\d|head|pre_logits)/kernel$", 2),
     (r"(/bias|/scale)$", 1),
     (r"^embedding/kernel$", 4),
-    (r"^(cls|pos_embedding|Transformer/posembed_input/pos_embedding)$", 3),
+    (r"^(cls|pos_embedding|Transformer/posembed_input/pos_embedding|MAPHead_0/probe)$", 3),
 )
+# Beside the image tower of a SigLIP two-tower archive (prefix `params/img/`): the text tower and the
+# sigmoid loss's learned temperature and bias, which a vision model does not use.
+_TEXT_TOWER = ("params/txt/",)
+_TWO_TOWER_SCALARS = ("params/t", "params/b")
+_MAP_HEAD = "MAPHead_0/"
 
 
 def _check_arrays(params, prefix):
@@ -76,8 +92,10 @@ def npz_to_timm(arrays):
     prefix = find_npz_prefix(arrays)
     w = {k[len(prefix) :]: np.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}
     # Outside the parameters, only optimizer state (`opt/state/...` beside
-    # `opt/target/`) is expected; it is deliberately ignored.
-    outside = sorted(k for k in arrays if not k.startswith(prefix) and not (prefix and k.startswith("opt/")))
+    # `opt/target/`) and, beside a two-tower archive's image tower, its text tower are expected; both
+    # are deliberately ignored, by name.
+    outside = sorted(k for k in arrays if not k.startswith(prefix) and not (prefix and k.startswith("opt/"))
+                     and not (prefix == "params/img/" and (k.startswith(_TEXT_TOWER) or k in _TWO_TOWER_SCALARS)))
     _check_arrays(w, prefix)
     used = set()
 
@@ -142,15 +160,53 @@ def npz_to_timm(arrays):
             out[dst + f"mlp.fc{r + 1}.weight"] = get(f"MlpBlock_{mlp}/Dense_{r}/kernel").T
             out[dst + f"mlp.fc{r + 1}.bias"] = get(f"MlpBlock_{mlp}/Dense_{r}/bias")
 
+    if any(k.startswith(_MAP_HEAD) for k in w):
+        out.update(_map_head_to_timm(w, take, prefix))
+
     unused = sorted(prefix + k for k in set(w) - used) + outside
     if unused:
-        hint = " (a MAP attention-pooling head, which keras_vit does not implement)" if any(
-            "MAPHead" in k for k in unused
-        ) else ""
-        raise ValueError(f"The .npz has arrays keras_vit cannot place{hint}: {unused[:20]}")
+        raise ValueError(f"The .npz has arrays keras_vit cannot place: {unused[:20]}. keras_vit reads the ViT of "
+                         "the original release and big_vision's ViT (token, GAP or MAP pooling), and the image "
+                         "tower (params/img/) of a SigLIP two-tower archive.")
     if num_heads is None:
         raise ValueError("The .npz has no transformer blocks.")
     return out, int(num_heads)
+
+
+_MAP_HEAD_ARRAYS = ("probe", "LayerNorm_0/scale", "LayerNorm_0/bias") + tuple(
+    f"MultiHeadDotProductAttention_0/{part}/{param}" for part in ("query", "key", "value", "out")
+    for param in ("kernel", "bias")) + tuple(f"MlpBlock_0/Dense_{r}/{p}" for r in range(2) for p in ("kernel", "bias"))
+
+
+def _map_head_to_timm(w, take, prefix):
+    """big_vision's `MAPHead_0/` arrays under timm's `attn_pool.*` names (timm's `AttentionPoolLatent`)."""
+    missing = [prefix + _MAP_HEAD + name for name in _MAP_HEAD_ARRAYS if _MAP_HEAD + name not in w]
+    if missing:
+        raise ValueError(f"The .npz has an incomplete MAP head (big_vision's MAPHead): it lacks {missing}. "
+                         "The file is damaged or was cut.")
+    head = {name: take(_MAP_HEAD + name) for name in _MAP_HEAD_ARRAYS}
+    attention = "MultiHeadDotProductAttention_0/"
+    # Flax's per-head kernels (D, heads, head_dim) flattened head-major are a Linear's (in, out) columns.
+    flat = {part: head[f"{attention}{part}/kernel"].reshape(head[f"{attention}{part}/kernel"].shape[0], -1).T
+            for part in ("query", "key", "value")}
+    bias = {part: head[f"{attention}{part}/bias"].reshape(-1) for part in ("query", "key", "value")}
+    out_kernel = head[attention + "out/kernel"]  # (heads, head_dim, D)
+    out = {
+        "attn_pool.latent": head["probe"],
+        "attn_pool.q.weight": flat["query"],
+        "attn_pool.q.bias": bias["query"],
+        # timm's kv Linear: all key rows, then all value rows.
+        "attn_pool.kv.weight": np.concatenate([flat["key"], flat["value"]], axis=0),
+        "attn_pool.kv.bias": np.concatenate([bias["key"], bias["value"]]),
+        "attn_pool.proj.weight": out_kernel.reshape(-1, out_kernel.shape[-1]).T,
+        "attn_pool.proj.bias": head[attention + "out/bias"],
+        "attn_pool.norm.weight": head["LayerNorm_0/scale"],
+        "attn_pool.norm.bias": head["LayerNorm_0/bias"],
+    }
+    for r in range(2):
+        out[f"attn_pool.mlp.fc{r + 1}.weight"] = head[f"MlpBlock_0/Dense_{r}/kernel"].T
+        out[f"attn_pool.mlp.fc{r + 1}.bias"] = head[f"MlpBlock_0/Dense_{r}/bias"]
+    return out
 
 
 def is_npz_hybrid(arrays):
@@ -166,7 +222,11 @@ def from_npz_vit(arrays, *, image_size=None, interpolation="bicubic", antialias=
     and the pixel preprocessing maps [0, 255] to [-1, 1], as in the original
     training code. A model whose `pos_embedding` has no class-token row
     (big_vision) gets `prefix_position_embedding=False`; a model without
-    `cls` pools with `"gap"`.
+    `cls` pools with `"gap"`, one with big_vision's MAP head (`MAPHead_0/`,
+    SigLIP) with `"map"` and tanh GELU. Of a SigLIP two-tower archive only
+    the image tower (`params/img/`) is read (a `ViTBackbone` with its MAP head
+    when the tower has no `head`: `pooled_model()` is SigLIP's image
+    embedding before the text tower).
 
     Args:
         arrays: dict of str to numpy arrays, e.g. `read_npz(path)`.
@@ -183,7 +243,10 @@ def from_npz_vit(arrays, *, image_size=None, interpolation="bicubic", antialias=
     state_dict, num_heads = npz_to_timm(arrays)
     # The original training code maps [0, 255] pixels to [-1, 1].
     channels = state_dict["patch_embed.proj.weight"].shape[1]
-    config = {"model_args": {"num_heads": num_heads},
+    model_args = {"num_heads": num_heads}
+    if "attn_pool.latent" in state_dict:
+        model_args.update(global_pool="map", act_layer="gelu_tanh")  # big_vision's MLPs: Flax nn.gelu, tanh
+    config = {"model_args": model_args,
               "pretrained_cfg": {"mean": (0.5,) * channels, "std": (0.5,) * channels, **NPZ_EVALUATION}}
     return from_timm_vit(
         state_dict,

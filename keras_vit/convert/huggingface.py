@@ -15,7 +15,8 @@ import numpy as np
 from keras_vit.convert import class_names
 from keras_vit.convert.exported_transform import huggingface_processor
 from keras_vit.convert.io import write_safetensors
-from keras_vit.convert.huggingface_families import FAMILIES, from_huggingface_family, fused_qkv
+from keras_vit.convert.huggingface_families import (
+    EXPORT_CLASSES, FAMILIES, export_family, family_config_and_tensors, from_huggingface_family, fused_qkv)
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
 from keras_vit.utils.files import Destination, claim, write_json_file
 from keras_vit.utils.values import IMAGE_INTERPOLATIONS, is_int
@@ -407,17 +408,24 @@ HUGGINGFACE_KIND = "huggingface"
 
 
 def export_huggingface(model, directory):
-    """Write a keras_vit model as a Hugging Face `transformers` ViT directory.
+    """Write a keras_vit model as a Hugging Face `transformers` directory.
 
     Writes `config.json`, `model.safetensors` and `preprocessor_config.json`,
     loadable with `ViTForImageClassification.from_pretrained(directory)` (a
     classifier) or `ViTModel.from_pretrained(directory,
-    add_pooling_layer=False)` (a backbone).
+    add_pooling_layer=False)` (a backbone) for the paper's ViT. A backbone of
+    a later family is written as its vision tower: SigLIP (no class token,
+    its MAP head when it has one) as `SiglipVisionModel`, CLIP (pre-norm) as
+    `CLIPVisionModel`, DINOv2 (LayerScale) as `Dinov2Model`, or
+    `Dinov2WithRegistersModel` with registers; `AutoModel.from_pretrained`
+    reads each. qk-norm and DeiT's distillation token have no transformers
+    class keras_vit writes: `export_timm` writes them.
 
     Args:
-        model: `ViTClassifier` or `ViTBackbone` with a layout Hugging Face's
-            ViT can express (class token, no registers or LayerScale,
-            token pooling, no representation layer).
+        model: `ViTClassifier` or `ViTBackbone` with a layout one of those
+            classes can express (a square image and patch; for the ViT a
+            class token, token pooling, no representation layer; the later
+            families as backbones only).
         directory: str or path-like, or a `keras_vit.utils.files.Destination`
             a command claimed. Created if needed; the three files replace
             the old ones in one step (a directory swap). Other files in it
@@ -428,7 +436,35 @@ def export_huggingface(model, directory):
         The `config.json` dict that was written.
     """
     state_dict, backbone, classifier = model_to_timm(model)
-    _check_exportable(backbone, classifier)
+    family = export_family(backbone)
+    if family is not None:
+        if classifier is not None:
+            raise ValueError(
+                f"This classifier's backbone is a {EXPORT_CLASSES[family]}, which keras_vit writes without a "
+                "classification head. Export the backbone, `export_huggingface(model.backbone, directory)`, or "
+                "the whole classifier with `keras_vit.convert.export_timm`.")
+        config, out = family_config_and_tensors(backbone, family, state_dict)
+    else:
+        _check_exportable(backbone, classifier)
+        config, out = _vit_config_and_tensors(state_dict, backbone, classifier)
+    # The model's own evaluation transform (resize rule, crop, interpolation), so transformers' pipeline
+    # feeds it what keras_vit's reader does.
+    processor = huggingface_processor(backbone)
+    # Beside a user's other files (a README) is fine: they are carried into the new directory. Over a
+    # file of the same name that keras_vit did not write (another model's config.json) is not.
+    if not isinstance(directory, Destination):
+        directory = claim(directory, HUGGINGFACE_KIND, argument="directory", reserved=HUGGINGFACE_FILES)
+    # The three files are built in a staging directory and swapped in together: a kill leaves the old
+    # directory or the new one, never one model's config beside another's weights.
+    with directory.directory() as staging:
+        for name, document in (("config.json", config), ("preprocessor_config.json", processor)):
+            write_json_file(os.path.join(staging, name), document, indent=2)
+        write_safetensors(os.path.join(staging, "model.safetensors"), out, metadata={"format": "pt"})
+    return config
+
+
+def _vit_config_and_tensors(state_dict, backbone, classifier):
+    """The `config.json` and tensors of a `ViTModel` / `ViTForImageClassification` (the paper's ViT)."""
     prefix = "vit." if classifier is not None else ""
     out = {}
     for key, value in state_dict.items():
@@ -479,17 +515,4 @@ def export_huggingface(model, directory):
         config["label2id"] = {}
         for i, name in enumerate(names):
             config["label2id"].setdefault(name, i)
-    # The model's own evaluation transform (resize rule, crop, interpolation), so transformers' pipeline
-    # feeds it what keras_vit's reader does.
-    processor = huggingface_processor(backbone)
-    # Beside a user's other files (a README) is fine: they are carried into the new directory. Over a
-    # file of the same name that keras_vit did not write (another model's config.json) is not.
-    if not isinstance(directory, Destination):
-        directory = claim(directory, HUGGINGFACE_KIND, argument="directory", reserved=HUGGINGFACE_FILES)
-    # The three files are built in a staging directory and swapped in together: a kill leaves the old
-    # directory or the new one, never one model's config beside another's weights.
-    with directory.directory() as staging:
-        for name, document in (("config.json", config), ("preprocessor_config.json", processor)):
-            write_json_file(os.path.join(staging, name), document, indent=2)
-        write_safetensors(os.path.join(staging, "model.safetensors"), out, metadata={"format": "pt"})
-    return config
+    return config, out

@@ -194,3 +194,186 @@ def from_huggingface_family(config, state_dict, *, preprocessing, image_size=Non
     return build_model(backbone_config, None, timm_state, source_grid=grid, image_size=image_size,
                        interpolation=interpolation, antialias=antialias, source="Hugging Face checkpoint",
                        allow_non_finite=allow_non_finite)
+
+
+# keras_vit's MLP activations in Hugging Face's `hidden_act` words (transformers' ACT2FN).
+_EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "quick_gelu": "quick_gelu"}
+# Each family's class, and the per-block names (timm's -> the names `save_pretrained` writes).
+EXPORT_CLASSES = {"siglip_vision_model": "SiglipVisionModel", "clip_vision_model": "CLIPVisionModel",
+                  "dinov2": "Dinov2Model", "dinov2_with_registers": "Dinov2WithRegistersModel"}
+_CLIP_BLOCK = {"norm1": "layer_norm1", "norm2": "layer_norm2", "attn.proj": "self_attn.out_proj",
+               "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2", "q": "self_attn.q_proj", "k": "self_attn.k_proj",
+               "v": "self_attn.v_proj"}
+_DINOV2_BLOCK = {"norm1": "norm1", "norm2": "norm2", "attn.proj": "attention.output.dense", "mlp.fc1": "mlp.fc1",
+                 "mlp.fc2": "mlp.fc2", "q": "attention.attention.query", "k": "attention.attention.key",
+                 "v": "attention.attention.value", "ls1.gamma": "layer_scale1.lambda1",
+                 "ls2.gamma": "layer_scale2.lambda1"}
+_TIMM_EXPORT = "Use `keras_vit.convert.export_timm`, which writes every part keras_vit has."
+
+
+def export_family(backbone):
+    """The Hugging Face family that computes what `backbone` computes, or `None` for the paper's ViT.
+
+    SigLIP (`SiglipVisionModel`): no class token (attention pooling or
+    none). CLIP (`CLIPVisionModel`): pre-norm. DINOv2 (`Dinov2Model`, or
+    `Dinov2WithRegistersModel` with registers): LayerScale or registers.
+    Anything else with a class token is the paper's ViT (`ViTModel`).
+
+    Raises:
+        ValueError: a part no transformers vision class has (qk-norm, DeiT's
+            distillation token), naming the timm export.
+    """
+    if backbone.qk_norm:
+        raise ValueError("This model normalises q and k inside attention (qk_norm=True), which none of "
+                         "transformers' ViT classes has. " + _TIMM_EXPORT)
+    if backbone.use_distillation_token:
+        raise ValueError("This model has DeiT's distillation token; keras_vit does not write transformers' "
+                         "DeiT classes. " + _TIMM_EXPORT)
+    if backbone.attention_pooling or not backbone.use_class_token:
+        return "siglip_vision_model"
+    if backbone.pre_norm:
+        return "clip_vision_model"
+    if backbone.num_register_tokens:
+        return "dinov2_with_registers"
+    if backbone.layer_scale_init is not None:
+        return "dinov2"
+    return None
+
+
+def _check_family(backbone, family):
+    problems = []
+    height, width = (int(v) for v in backbone.image_size)
+    patch_h, patch_w = (int(v) for v in backbone.patch_size)
+    if height != width or patch_h != patch_w:
+        problems.append(f"its image ({height}x{width}) or patch ({patch_h}x{patch_w}) is not square, and "
+                        f"{EXPORT_CLASSES[family]}'s config holds one side of each (load it at a square size, or "
+                        "run the export at that size and use transformers' `interpolate_pos_encoding`)")
+    if backbone.position_embedding != "learned":
+        problems.append(f"its position embedding is {backbone.position_embedding!r}, not a learned table")
+    if not backbone.final_norm:
+        problems.append("it has no final LayerNorm")
+    if backbone.mlp_activation not in _EXPORT_ACTIVATIONS:
+        problems.append(f"its MLP activation {backbone.mlp_activation!r} has no transformers name")
+    if family == "siglip_vision_model":
+        if backbone.use_class_token or backbone.num_register_tokens:
+            problems.append("SigLIP has no class or register tokens")
+        if backbone.pre_norm or backbone.layer_scale_init is not None:
+            problems.append("SigLIP has neither a pre-norm nor LayerScale")
+    elif family == "clip_vision_model":
+        if backbone.num_register_tokens or backbone.layer_scale_init is not None:
+            problems.append("CLIP has neither registers nor LayerScale")
+        if not backbone.prefix_position_embedding:
+            problems.append("CLIP's position embedding has a class-token row (the model's has none)")
+    elif backbone.pre_norm:
+        problems.append("DINOv2 has no pre-norm")
+    if problems:
+        raise ValueError(f"This model cannot be written as a Hugging Face {EXPORT_CLASSES[family]} because "
+                         + "; ".join(problems) + ". " + _TIMM_EXPORT)
+
+
+def family_config_and_tensors(backbone, family, timm_state):
+    """The `config.json` and the tensors (`save_pretrained`'s names) of `backbone` as `family`'s class.
+
+    Args:
+        backbone: `ViTBackbone`.
+        family: str. One of `FAMILIES` (see `export_family`).
+        timm_state: dict. The backbone's timm-layout tensors (`model_map.model_to_timm`).
+
+    Returns:
+        `(config, tensors)`.
+    """
+    _check_family(backbone, family)
+    state = {k: np.asarray(v, np.float32) for k, v in timm_state.items()}
+    width = backbone.hidden_dim
+    out = {}
+    names = _DINOV2_BLOCK if family.startswith("dinov2") else _CLIP_BLOCK
+    layers = "encoder.layer." if family.startswith("dinov2") else "encoder.layers."
+    for index in range(backbone.num_layers):
+        block = f"blocks.{index}."
+        qkv_bias = state.pop(block + "attn.qkv.bias", np.zeros((3 * width,), np.float32))  # no bias: zeros, exact
+        for part, weight, bias in zip("qkv", np.split(state.pop(block + "attn.qkv.weight"), 3, axis=0),
+                                      np.split(qkv_bias, 3)):
+            out[f"{layers}{index}.{names[part]}.weight"] = weight
+            out[f"{layers}{index}.{names[part]}.bias"] = bias
+        for key in [k for k in state if k.startswith(block)]:
+            name, _, param = key[len(block):].rpartition(".")
+            if key.endswith(".gamma"):
+                out[f"{layers}{index}.{names[key[len(block):]]}"] = state.pop(key)
+            else:
+                out[f"{layers}{index}.{names[name]}.{param}"] = state.pop(key)
+        if family.startswith("dinov2") and backbone.layer_scale_init is None:  # registers without LayerScale
+            for scale in ("layer_scale1", "layer_scale2"):
+                out[f"{layers}{index}.{scale}.lambda1"] = np.ones((width,), np.float32)
+    config = {
+        "architectures": [EXPORT_CLASSES[family]],
+        "model_type": family,
+        "hidden_size": width,
+        "num_hidden_layers": backbone.num_layers,
+        "num_attention_heads": backbone.num_heads,
+        "num_channels": backbone.num_channels,
+        "image_size": int(backbone.image_size[0]),
+        "patch_size": int(backbone.patch_size[0]),
+        "hidden_act": _EXPORT_ACTIVATIONS[backbone.mlp_activation],
+        "layer_norm_eps": float(backbone.layer_norm_epsilon),
+        "attention_dropout": 0.0,
+        "dtype": "float32",
+    }
+    position = state.pop("pos_embed")  # (1, rows, D)
+    if family == "siglip_vision_model":
+        out["embeddings.patch_embedding.weight"] = state.pop("patch_embed.proj.weight")
+        out["embeddings.patch_embedding.bias"] = state.pop("patch_embed.proj.bias")
+        out["embeddings.position_embedding.weight"] = position[0]
+        config.update(intermediate_size=backbone.mlp_dim, vision_use_head=bool(backbone.attention_pooling))
+        if backbone.attention_pooling:
+            out["head.probe"] = state.pop("attn_pool.latent")
+            # nn.MultiheadAttention's packed projection: q rows, then timm's kv (all k rows, then all v rows).
+            out["head.attention.in_proj_weight"] = np.concatenate(
+                [state.pop("attn_pool.q.weight"), state.pop("attn_pool.kv.weight")])
+            out["head.attention.in_proj_bias"] = np.concatenate(
+                [state.pop("attn_pool.q.bias"), state.pop("attn_pool.kv.bias")])
+            for timm_name, name in (("proj", "attention.out_proj"), ("norm", "layernorm"), ("mlp.fc1", "mlp.fc1"),
+                                    ("mlp.fc2", "mlp.fc2")):
+                for param in ("weight", "bias"):
+                    out[f"head.{name}.{param}"] = state.pop(f"attn_pool.{timm_name}.{param}")
+        final = "post_layernorm"
+    elif family == "clip_vision_model":
+        out["embeddings.patch_embedding.weight"] = state.pop("patch_embed.proj.weight")
+        out["embeddings.class_embedding"] = state.pop("cls_token").reshape(-1)
+        out["embeddings.position_embedding.weight"] = position[0]
+        for param in ("weight", "bias"):
+            out[f"pre_layrnorm.{param}"] = state.pop(f"norm_pre.{param}")
+        config.update(intermediate_size=backbone.mlp_dim)
+        final = "post_layernorm"
+    else:
+        cls_token = state.pop("cls_token")
+        registers = state.pop("reg_token", None)
+        if backbone.prefix_position_embedding and registers is not None:
+            # Hugging Face adds positions before inserting the registers: a prefix token's row is a constant
+            # of that token, so fold it in (the class row becomes zeros).
+            cls_token = cls_token + position[:, :1]
+            registers = registers + position[:, 1:1 + backbone.num_register_tokens]
+            position = position[:, 1 + backbone.num_register_tokens:]
+        if not backbone.prefix_position_embedding or registers is not None:
+            position = np.concatenate([np.zeros((1, 1, width), np.float32), position], axis=1)
+        out["embeddings.cls_token"] = cls_token
+        out["embeddings.mask_token"] = np.zeros((1, width), np.float32)  # used only for masked inputs
+        out["embeddings.position_embeddings"] = position
+        out["embeddings.patch_embeddings.projection.weight"] = state.pop("patch_embed.proj.weight")
+        out["embeddings.patch_embeddings.projection.bias"] = state.pop("patch_embed.proj.bias")
+        if registers is not None:
+            out["embeddings.register_tokens"] = registers
+            config["num_register_tokens"] = backbone.num_register_tokens
+        if backbone.mlp_dim % width:  # transformers 5's Dinov2Config takes an integer mlp_ratio
+            raise ValueError(f"DINOv2's config gives the MLP width as hidden_size * mlp_ratio with an integer "
+                             f"ratio, which cannot give {backbone.mlp_dim} for width {width}. " + _TIMM_EXPORT)
+        ratio = backbone.mlp_dim // width
+        config.update(mlp_ratio=ratio, qkv_bias=True, layerscale_value=1.0, drop_path_rate=0.0,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, use_swiglu_ffn=False,
+                      apply_layernorm=True)
+        final = "layernorm"
+    for param in ("weight", "bias"):
+        out[f"{final}.{param}"] = state.pop(f"norm.{param}")
+    if state:
+        raise ValueError(f"keras_vit cannot place these weights in a {EXPORT_CLASSES[family]}: {sorted(state)}. "
+                         + _TIMM_EXPORT)
+    return config, {k: np.ascontiguousarray(v) for k, v in out.items()}

@@ -3,6 +3,12 @@
 These work on tensors already read; which file holds which format is decided
 by the reader, `keras_vit.presets.load_model`, through its one table
 (`keras_vit.presets.formats.READ_FORMATS`).
+
+`load_checkpoint` is `convert`'s public door to that reader, which lives a
+layer above (`presets` reads keras_vit's own formats and the hubs too, and
+imports `convert`). So that `convert` never imports `presets`, the dependency
+is inverted: `keras_vit.presets.load` hands its `load_model` in when it is
+imported (`set_checkpoint_reader`), which `import keras_vit` does.
 """
 
 from keras_vit.convert.google import from_npz_vit, is_npz_hybrid
@@ -37,14 +43,24 @@ def from_npz(arrays, **options):
     return from_npz_vit(arrays, **options)
 
 
+# The one reader, `keras_vit.presets.load.load_model`, once `keras_vit.presets` is imported.
+_checkpoint_reader = None
+
+
+def set_checkpoint_reader(read):
+    """Give `load_checkpoint` the one reader (called by `keras_vit.presets.load` as it is imported)."""
+    global _checkpoint_reader
+    _checkpoint_reader = read
+
+
 def load_checkpoint(
     source, *, image_size=None, interpolation="bicubic", antialias=True, include_head=True, **overrides
 ):
     """Load a timm, Hugging Face, Google or keras-hub ViT checkpoint as a keras_vit model.
 
     A thin facade over the one reader, `keras_vit.presets.load_model`
-    (imported when called: `presets` lies above `convert`), restricted to
-    the formats that are converted. What `source` is comes from its table,
+    (which hands itself in as it is imported: `presets` lies above
+    `convert`), restricted to the formats that are converted. What `source` is comes from its table,
     `keras_vit.presets.formats.READ_FORMATS`:
 
     - a `.safetensors` file: a timm state dict (or the output of
@@ -79,7 +95,8 @@ def load_checkpoint(
         `activation=None` for the logits the source library computes. Both
         carry the checkpoint's pixel preprocessing: feed raw [0, 255] images.
     """
-    from keras_vit.presets.load import load_model
-
-    return load_model(source, purpose="load_checkpoint", image_size=image_size, include_head=include_head,
+    if _checkpoint_reader is None:
+        raise RuntimeError("keras_vit.convert.load_checkpoint reads through keras_vit.presets, which is not "
+                           "imported yet: `import keras_vit` (or `import keras_vit.presets`) first.")
+    return _checkpoint_reader(source, purpose="load_checkpoint", image_size=image_size, include_head=include_head,
                       converted_only=True, interpolation=interpolation, antialias=antialias, **overrides)

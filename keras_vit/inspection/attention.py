@@ -10,6 +10,7 @@ Abnar & Zuidema (2020), "Quantifying Attention Flow in Transformers".
 import dataclasses
 import weakref
 
+import keras
 import numpy as np
 
 from keras_vit.models.encoder import resolve_block_indices
@@ -60,6 +61,11 @@ class AttentionMaps:
         num_prefix_tokens: int. Class and register tokens before the patches.
         use_class_token: bool. Whether token 0 is a class token.
         image_size: tuple `(height, width)` of the input images in pixels.
+        probe: float32 array `(batch, heads, patches)` or `None`. For a
+            backbone with an attention-pooling (MAP) head (SigLIP), the
+            probe's attention over the patch tokens of the backbone's
+            output: the weights that make the pooled feature. `None` for
+            other backbones.
     """
 
     scores: np.ndarray
@@ -68,6 +74,7 @@ class AttentionMaps:
     num_prefix_tokens: int
     use_class_token: bool
     image_size: tuple
+    probe: np.ndarray = None
 
     @property
     def token_size(self):
@@ -90,6 +97,21 @@ class AttentionMaps:
                 "attention map. Use `maps.mean_patch_query` or `maps.query(row, col)` instead."
             )
         return self._grid(self.scores[..., 0, self.num_prefix_tokens :])
+
+    @property
+    def probe_map(self):
+        """The attention-pooling probe's attention to every patch: `(batch, heads, rows, cols)`.
+
+        What the pooled feature of a model without a class token (SigLIP)
+        is made of: after the last block, one learned probe attends to the
+        patch tokens and their weighted sum is the embedding.
+        """
+        if self.probe is None:
+            raise ValueError(
+                "This model has no attention-pooling head (attention_pooling=False), so there is no probe. Use "
+                "`maps.class_token` (with a class token) or `maps.mean_patch_query`."
+            )
+        return self._grid(np.asarray(self.probe))
 
     @property
     def mean_patch_query(self):
@@ -184,10 +206,13 @@ def attention_maps(model, images, blocks=None, batch_size=8):
         )
     indices = tuple(resolve_block_indices(blocks, backbone.num_layers))
     extractor = _extractor(backbone, indices)
-    outputs = []
+    outputs, probes = [], []
     for start in range(0, len(images), batch_size):
         result = extractor.predict_on_batch(images[start : start + batch_size])
         outputs.append(np.stack([np.asarray(result[f"attention_{i}"], dtype="float32") for i in indices]))
+        if backbone.attention_pooling:  # the MAP probe's attention over the output's patch tokens
+            _, probe = backbone.pool(result["output"], return_attention_scores=True)
+            probes.append(np.asarray(keras.ops.convert_to_numpy(probe), dtype="float32"))  # (B, H, N)
     scores = np.concatenate(outputs, axis=1)  # (L, B, H, T, T)
     return AttentionMaps(
         scores=scores,
@@ -196,6 +221,7 @@ def attention_maps(model, images, blocks=None, batch_size=8):
         num_prefix_tokens=int(backbone.num_prefix_tokens),
         use_class_token=bool(backbone.use_class_token),
         image_size=tuple(backbone.image_size),
+        probe=np.concatenate(probes) if probes else None,
     )
 
 
@@ -291,8 +317,10 @@ class Rollout:
             query token (see `query`) over the patch tokens.
         image: float64 array `(batch, height, width)`: `grid` upsampled to
             the input images.
-        query: str. `"class"` (the class token's row) or `"mean"` (the mean
-            of the patch tokens' rows, for models without a class token).
+        query: str. `"probe"` (the attention-pooling probe's weights times
+            the patches' rows: the pooled feature of a model such as SigLIP),
+            `"class"` (the class token's row) or `"mean"` (the mean of the
+            patch tokens' rows, for models that pool them).
     """
 
     matrix: np.ndarray
@@ -309,17 +337,22 @@ def attention_rollout(maps, head_fusion="mean", query=None, upsampling="bilinear
     block `k`).
 
     The map shown for an image is one row of the rollout matrix restricted
-    to the patch tokens: the class token's row for models with one (what
-    the classifier reads), and for models that pool the patch tokens (GAP,
-    no class token) the mean of the patch tokens' rows, which is the
-    rollout of the pooled vector because pooling is that same average.
+    to the patch tokens: for a model with an attention-pooling head
+    (SigLIP) the probe's attention over the output patches (heads fused)
+    times the rollout, which is the rollout of the pooled feature; else the
+    class token's row for models with one (what the classifier reads), and
+    for models that pool the patch tokens (GAP, no class token) the mean of
+    the patch tokens' rows, which is the rollout of the pooled vector
+    because pooling is that same average.
 
     Args:
         maps: `AttentionMaps` from `attention_maps`.
         head_fusion: str. `"mean"` (the paper's), `"max"` or `"min"`.
             Defaults to `"mean"`.
-        query: str or `None`. `"class"` or `"mean"`; `None` picks `"class"`
-            when the model has a class token. Defaults to `None`.
+        query: str or `None`. `"probe"`, `"class"` or `"mean"`; `None`
+            picks `"probe"` when the model has an attention-pooling head,
+            else `"class"` when it has a class token, else `"mean"`.
+            Defaults to `None`.
         upsampling: str. `"bilinear"` or `"nearest"`. Defaults to
             `"bilinear"`.
 
@@ -333,19 +366,44 @@ def attention_rollout(maps, head_fusion="mean", query=None, upsampling="bilinear
             "(all blocks) or `blocks=list(range(k + 1))`."
         )
     if query is None:
-        query = "class" if maps.use_class_token else "mean"
-    if query not in ("class", "mean"):
-        raise ValueError(f"`query` must be 'class', 'mean' or None. Received: query={query!r}")
+        query = default_query(maps)
+    if query not in ROLLOUT_QUERIES:
+        raise ValueError(f"`query` must be one of {ROLLOUT_QUERIES} or None. Received: query={query!r}")
     if query == "class" and not maps.use_class_token:
         raise ValueError("This model has no class token; use query='mean' (the mean of the patch tokens).")
+    if query == "probe" and maps.probe is None:
+        raise ValueError("This model has no attention-pooling head; use query='class' or 'mean'.")
     matrix = rollout(maps.scores, head_fusion)
     prefix = maps.num_prefix_tokens
     if query == "class":
         row = matrix[:, 0, prefix:]
+    elif query == "probe":
+        # The pooled feature is the probe's weighted sum of the output patches (the MAP head has no residual
+        # from the tokens), so its rollout is the probe's fused weights times the patches' rollout rows.
+        probe = fuse_heads(np.asarray(maps.probe, dtype="float64")[..., None, :], head_fusion)[:, 0]  # (B, N)
+        probe = probe / probe.sum(-1, keepdims=True)
+        row = np.einsum("bq,bqk->bk", probe, matrix[:, prefix:, prefix:])
     else:
         row = matrix[:, prefix:, prefix:].mean(axis=1)
     grid = row.reshape((len(row),) + tuple(maps.grid_size))
     return Rollout(matrix=matrix, grid=grid, image=upsample(grid, maps.image_size, upsampling), query=query)
+
+
+# The rollout's query tokens, and what each shows (printed by `keras-vit explain`).
+ROLLOUT_QUERIES = ("probe", "class", "mean")
+QUERY_DESCRIPTIONS = {
+    "probe": "the attention-pooling probe (the model has no class token: its pooled feature is the probe's "
+             "weighted sum of the output patches), rolled out through the blocks",
+    "class": "the class token (what the head reads), rolled out through the blocks",
+    "mean": "the mean of the patch tokens (the model pools them), rolled out through the blocks",
+}
+
+
+def default_query(maps):
+    """The token whose rollout shows what makes the model's feature: the probe, the class token or the mean."""
+    if maps.probe is not None:
+        return "probe"
+    return "class" if maps.use_class_token else "mean"
 
 
 # === Mean attention distance ===

@@ -69,10 +69,13 @@ class ViTClassifier(ViTModel, keras.Model):
     Args:
         backbone: `ViTBackbone`. The encoder.
         num_classes: int. Number of classes.
-        pooling: str. `"token"` (class token, the paper's default),
-            `"gap"` (mean of the patch tokens) or `"map"` (the backbone's
-            attention-pooling head, SigLIP's; needs a backbone built with
-            `attention_pooling=True`). Defaults to `"token"`.
+        pooling: str or `None`. `"token"` (class token, the paper's
+            default), `"gap"` (mean of the patch tokens) or `"map"` (the
+            backbone's attention-pooling head, SigLIP's; needs a backbone
+            built with `attention_pooling=True`). `None` takes the
+            backbone's own feature: `"map"` when it has an attention-pooling
+            head, else `"token"` when it has a class token, else `"gap"`.
+            Defaults to `None` (`"token"` for the paper's backbone).
         representation_size: int or `None`. Width of the `tanh` pre-logits
             layer; `None` leaves it out. Defaults to `None`.
         pooled_norm: bool. Apply a LayerNorm after pooling (timm's
@@ -108,7 +111,7 @@ class ViTClassifier(ViTModel, keras.Model):
         self,
         backbone,
         num_classes,
-        pooling="token",
+        pooling=None,
         representation_size=None,
         pooled_norm=False,
         head_dropout=0.0,
@@ -135,6 +138,8 @@ class ViTClassifier(ViTModel, keras.Model):
         class_names = check_class_names(class_names, num_classes)
         check_parameter_count(backbone.hidden_dim * num_classes, "ViTClassifier head")
         num_prefix_tokens = backbone.num_prefix_tokens
+        if pooling is None:  # the backbone's own feature: a new head on SigLIP or a GAP model needs no choice
+            pooling = "map" if backbone.attention_pooling else ("token" if backbone.use_class_token else "gap")
 
         check_pooling_fits_backbone(pooling, backbone, representation_size, pooled_norm)
 

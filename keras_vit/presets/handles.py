@@ -25,7 +25,7 @@ from keras_vit.presets.kaggle import parse_kaggle_handle
 from keras_vit.presets.formats import READ_FORMATS, detect_config_format
 from keras_vit.presets.registry import PRESETS
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import interrupted_save, quote, recover_for_reading
+from keras_vit.utils.files import killed_save_copies, quote
 
 
 def describe_handles():
@@ -54,17 +54,11 @@ def resolve(handle):
     if handle.startswith("kaggle://"):
         parse_kaggle_handle(handle)
         return "kaggle", handle, None
-    handle = recover_for_reading(handle)  # a save killed between its two renames: its old copy back first
     if os.path.exists(handle):
         return "local", handle, None
+    check_not_killed_save(handle)
     if os.sep in handle or (os.altsep and os.altsep in handle) or os.path.splitext(handle)[1]:
-        # Written as a path: say so, rather than suggest preset names; or name the copy an interrupted save left.
-        retired = interrupted_save(handle)
-        if retired is not None:
-            raise ArgumentError(
-                f"No such file or directory: {quote(handle)}. A save of it was interrupted while replacing it: its "
-                f"previous content is beside it as {quote(retired)}. Save to {quote(handle)} again (the save puts it "
-                f"back first), or rename it yourself: mv {quote(retired)} {quote(handle)}")
+        # Written as a path: say so, rather than suggest preset names.
         raise ArgumentError(f"No such file or directory: {quote(handle)}. A model handle is {describe_handles()}.")
     close = [name for name in PRESETS if handle.lower() in name or name in handle.lower()][:5]
     hint = f" Close matches: {', '.join(close)}." if close else ""
@@ -72,6 +66,42 @@ def resolve(handle):
         f"Unknown preset {handle!r}: it is not a registered preset, an 'hf://' handle or an existing path.{hint} "
         f"A handle is {describe_handles()}."
     )
+
+
+def check_not_killed_save(path):
+    """Refuse a missing `path` that a killed save left aside, naming the copy and the `mv` that restores it.
+
+    A load never renames (docs/reliability.md): the old copy stays where the
+    save left it until the user moves it back or saves again. An entry under
+    that name that is not keras_vit's (a symbolic link, a file, a directory
+    without our marker) is named as such, never read, followed or offered.
+    Every door that reads a model by path (`load_model`, `from_preset`,
+    `keras-vit convert`, `predict`, `finetune --preset`, `explain`) calls this.
+
+    Raises:
+        ArgumentError: when such a copy is beside the missing `path`.
+    """
+    retired, not_ours = killed_save_copies(path)
+    if retired is not None:
+        raise ArgumentError(
+            f"No such file or directory: {quote(path)}. A save of it was killed while replacing it (its process has "
+            f"ended); its previous content is beside it as {quote(retired)}. keras_vit never moves files when it "
+            f"reads. To put it back: mv {quote(retired)} {quote(path)} (or save to {quote(path)} again: the save "
+            "puts it back first).")
+    if not_ours:
+        described = ", ".join(f"{quote(entry)} ({_what_it_is(entry)})" for entry in not_ours)
+        raise ArgumentError(
+            f"No such file or directory: {quote(path)}. Beside it, {described} has the name of the copy a killed "
+            "save leaves, but is not keras_vit's: keras_vit neither reads, follows nor restores it. Look at what it "
+            "is, and remove it if you did not put it there.")
+
+
+def _what_it_is(entry):
+    if os.path.islink(entry):
+        return "a symbolic link"
+    if not os.path.isdir(entry):
+        return "not a directory"
+    return "a directory without keras_vit's marker"
 
 
 def hub_files(handle, revision=None, sha256=None, weights_format=None):

@@ -14,6 +14,7 @@ the model's class) are made here or in the readers it calls, once.
 
 import os
 
+from keras_vit.convert.loader import set_checkpoint_reader
 from keras_vit.presets.formats import READ_FORMATS, detect_format
 from keras_vit.presets.handles import hub_files, resolve
 from keras_vit.presets.kaggle import kaggle_directory
@@ -189,8 +190,11 @@ def load_model(handle, model_classes=None, *, purpose="load_model", target=None,
         # A registry entry without a head (num_classes None) may still name a file that carries
         # an unusable one (timm's R50+ViT-B/16 in21k keeps its head but not its pre-logits layer).
         include_head = include_head and (entry is None or entry["num_classes"] is not None)
+        # What the registry knows and the checkpoint's files do not say (CLIP's quick-GELU), the
+        # reader is told, so the weights load into the architecture `load_weights=False` builds.
+        decided = {key: entry["config"][key] for key in entry.get("registry_decides", ())} if entry else {}
         model = row.read(path, image_size=image_size, include_head=include_head, load_weights=load_weights,
-                         where=where, **options)
+                         where=where, **{**decided, **options})
         if entry is not None and load_weights:
             _check_against_entry(model, entry, handle, image_size)
         if entry is not None and entry["class_names"] and getattr(model, "num_classes", None) == entry["num_classes"]:
@@ -263,3 +267,8 @@ def _check_against_entry(model, entry, name, image_size):
             f"The checkpoint downloaded for preset {name!r} ({entry['source']}) has {count:,} parameters where "
             f"the registry expects {entry['params']:,}: the repository changed. Pin a revision or report it."
         )
+
+
+# `keras_vit.convert.load_checkpoint` reads through this module's reader; `convert` lies below
+# `presets` and never imports it, so the reader is handed down here (see `convert/loader.py`).
+set_checkpoint_reader(load_model)

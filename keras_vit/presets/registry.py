@@ -39,6 +39,37 @@ The hybrid's ImageNet-21k checkpoint is registered without a head: timm
 keeps a 21,843-class `head` in it but drops the representation (pre-logits)
 layer the original head was trained on top of (and the original in21k
 releases zeroed their heads), so only its features are usable.
+
+The later members of the family (issue 48) are registered from timm's hub
+copies, each the image tower only (image-text towers are out of scope): SigLIP
+and SigLIP 2 (attention pooling, no class token: the pooled MAP embedding is
+the feature), CLIP ViT-B/16 (pre-norm, quick-GELU), DINOv2 with registers at
+S and B, and DeiT-B distilled (an ImageNet-1k classifier with its two heads).
+Two more fields say what differs:
+
+- `family`: `"vit"` (the paper's and AugReg's, the hybrid), `"siglip"`,
+  `"siglip2"`, `"clip"`, `"dinov2"` or `"deit"`; the tests check each
+  family's own facts (names, mean/std, hub names) per entry.
+- `registry_decides` (optional): keys of `config` that the checkpoint's files
+  do not record, given to its reader instead of inferred. OpenAI's CLIP was
+  trained with quick-GELU, but timm's hub copy names the architecture
+  `vit_base_patch16_clip_224`, whose MLP is exact GELU (timm's own note on
+  the tag: "natively QuickGELU, use quickgelu model variant for original
+  results"); the entry gives the reader `mlp_activation="quick_gelu"`. The
+  So400m/14 entry gives it its crop (below).
+
+Their preprocessing and evaluation transform are timm 1.0.31's
+`pretrained_cfg` for the tag (`timm.models.get_pretrained_cfg`, read offline):
+mean/std 0.5 for SigLIP, OpenAI's own mean/std for CLIP, ImageNet's for DINOv2
+and DeiT; all bicubic with a centre crop of 0.9 (SigLIP at 384 too), except
+DINOv2's 1.0 at 518. SigLIP So400m/14's 384 is not a multiple of its patch:
+the source's patch convolution sees the top-left 378 pixels, so the entry's
+model takes 378, cropped at timm's scale (`crop_fraction` 0.9 * 378 / 384)
+and centred, 3 pixels off the source's window. Their `params` are timm's counts of the same
+architecture built with random weights (`num_classes=0`, or DeiT's 1000). No
+revision or checksum is pinned for them: the hub could not be read from where
+they were registered, so a download is checked by size, format and parameter
+count.
 """
 
 _PAPER = "An Image is Worth 16x16 Words (Dosovitskiy et al., 2021)"
@@ -58,6 +89,7 @@ def _timm_transform(image_size):
 def _entry(variant, image_size, num_classes, source, fmt, params, description, revision=None, sha256=None):
     return {
         "description": description,
+        "family": "vit",
         "variant": variant,
         "image_size": image_size,
         "config": {**_HF_CONFIG, **_HF_TRANSFORM} if fmt == "huggingface" else _timm_transform(image_size),
@@ -89,6 +121,49 @@ def _augreg(variant, image_size, num_classes, timm_name, params, what):
 def _hybrid(variant, image_size, num_classes, timm_name, params, what):
     return _entry(variant, image_size, num_classes, f"hf://timm/{timm_name}", "timm", params,
                   f"{variant} hybrid {what}; original checkpoint of {_PAPER}.")
+
+
+# timm 1.0.31's pretrained_cfg means and standard deviations (timm.data.constants).
+_IMAGENET_MEAN, _IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+_CLIP_MEAN, _CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+_LATER = {  # family -> (paper or release, pixel mean, pixel std, architecture config beside the variant)
+    "siglip": ("SigLIP (Zhai et al., 2023), WebLI", 0.5, 0.5,
+               {"use_class_token": False, "attention_pooling": True}),
+    "siglip2": ("SigLIP 2 (Tschannen et al., 2025), WebLI", 0.5, 0.5,
+                {"use_class_token": False, "attention_pooling": True}),
+    "clip": ("CLIP (Radford et al., 2021), OpenAI's weights", _CLIP_MEAN, _CLIP_STD,
+             {"pre_norm": True, "mlp_activation": "quick_gelu", "layer_norm_epsilon": 1e-5}),
+    "dinov2": ("DINOv2 with registers (Darcet et al., 2024), LVD-142M", _IMAGENET_MEAN, _IMAGENET_STD,
+               {"num_register_tokens": 4, "prefix_position_embedding": False, "layer_scale_init": 1e-5}),
+    "deit": ("DeiT (Touvron et al., 2021), distilled", _IMAGENET_MEAN, _IMAGENET_STD,
+             {"use_distillation_token": True}),
+}
+
+
+def _later(family, variant, image_size, num_classes, timm_name, params, what, crop_fraction=0.9,
+           license="apache-2.0", registry_decides=()):
+    release, mean, std, architecture = _LATER[family]
+    entry = {
+        "description": f"{variant} {what}; {release}.",
+        "family": family,
+        "variant": variant,
+        "image_size": image_size,
+        "config": {**architecture, "resize_mode": "center_crop", "crop_fraction": crop_fraction,
+                   "interpolation": "bicubic", "alpha": "drop"},
+        "num_classes": num_classes,
+        "class_names": "imagenet-1k" if num_classes == 1000 else None,
+        "pixel_mean": mean,
+        "pixel_std": std,
+        "source": f"hf://timm/{timm_name}",
+        "format": "timm",
+        "revision": None,
+        "sha256": None,
+        "license": license,
+        "params": params,
+    }
+    if registry_decides:
+        entry["registry_decides"] = tuple(registry_decides)
+    return entry
 
 
 PRESETS = {
@@ -211,4 +286,32 @@ PRESETS = {
     "vit_r50_b16_in21k_ft_in1k_384": _hybrid(
         "R50+ViT-B/16", 384, 1000, "vit_base_r50_s16_384.orig_in21k_ft_in1k", 98_950_952,
         "ImageNet-21k pre-trained, fine-tuned on ImageNet-1k at 384"),
+    # === Later members of the family, timm's hub copies: the image tower and its pooled feature ===
+    "siglip_b16_webli": _later("siglip", "ViT-B/16", 224, None, "vit_base_patch16_siglip_224.webli", 92_884_224,
+                               "SigLIP image tower, attention-pooled embedding, no head"),
+    # 384 is not a multiple of 14: timm's (and big_vision's, and Hugging Face's) patch convolution sees
+    # the top-left 378 x 378 pixels of the 384 crop and drops the last 6 rows and columns; keras_vit's
+    # model takes those 378 (the converter builds it from the 27 x 27 position table). The crop keeps
+    # timm's scale (0.9 of 384, so 0.9 * 378 / 384 of 378) and is centred: 3 pixels off timm's window.
+    "siglip_so400m14_webli_384": _later(
+        "siglip", "ViT-So400m/14", 378, None, "vit_so400m_patch14_siglip_384.webli", 428_225_600,
+        "SigLIP image tower (timm's 384 crop, of which the patches see 378), attention-pooled embedding, no head",
+        crop_fraction=0.9 * 378 / 384, registry_decides=("crop_fraction",)),
+    "siglip2_b16_webli": _later("siglip2", "ViT-B/16", 224, None, "vit_base_patch16_siglip_224.v2_webli",
+                                92_884_224, "SigLIP 2 image tower, attention-pooled embedding, no head"),
+    # OpenAI's CLIP code and weights are released under the MIT license (github.com/openai/CLIP);
+    # timm's hub card says apache-2.0, timm's default. Timm's `head` (the 512-wide projection into
+    # the text space) is left out: the class token after the final norm is the image feature.
+    "clip_b16_openai": _later("clip", "ViT-B/16", 224, None, "vit_base_patch16_clip_224.openai", 85_799_424,
+                              "CLIP image tower, class-token feature before the projection, no head",
+                              license="mit", registry_decides=("mlp_activation",)),
+    "dinov2_s14_reg4_lvd142m": _later(
+        "dinov2", "ViT-S/14", 518, None, "vit_small_patch14_reg4_dinov2.lvd142m", 22_057_344,
+        "DINOv2 self-supervised backbone with 4 registers at 518, no head", crop_fraction=1.0),
+    "dinov2_b14_reg4_lvd142m": _later(
+        "dinov2", "ViT-B/14", 518, None, "vit_base_patch14_reg4_dinov2.lvd142m", 86_582_016,
+        "DINOv2 self-supervised backbone with 4 registers at 518, no head", crop_fraction=1.0),
+    "deit_b16_distilled_in1k": _later(
+        "deit", "ViT-B/16", 224, 1000, "deit_base_distilled_patch16_224.fb_in1k", 87_338_192,
+        "ImageNet-1k classifier with class and distillation heads (averaged at inference)"),
 }

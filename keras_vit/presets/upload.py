@@ -74,6 +74,31 @@ def _variant(backbone_config):
     return f"{stem}ViT-{name}/{patch}"
 
 
+def _parts(backbone_config):
+    """The parts that set a model apart from the paper's ViT (SigLIP, CLIP, DINOv2, DeiT...), in words."""
+    get = backbone_config.get
+    if get("attention_pooling"):
+        pooled = "attention pooling (a learned probe over the patch tokens)"
+    elif get("use_class_token", True):
+        pooled = "class token"
+    else:
+        pooled = "mean of the patch tokens"
+    parts = [f"pooled by {pooled}"]
+    if get("pre_norm"):
+        parts.append("LayerNorm before the encoder")
+    if get("mlp_activation", "gelu") != "gelu":
+        parts.append(f"{get('mlp_activation')} MLP activation")
+    if get("qk_norm"):
+        parts.append("qk-norm")
+    if get("num_register_tokens"):
+        parts.append(f"{get('num_register_tokens')} register tokens")
+    if get("use_distillation_token"):
+        parts.append("distillation token (two heads, averaged)")
+    if get("layer_scale_init") is not None:
+        parts.append("LayerScale")
+    return ", ".join(parts)
+
+
 def _pair_text(value):
     if isinstance(value, (list, tuple)):
         return "x".join(str(v) for v in value)
@@ -117,6 +142,7 @@ def model_card(model, document, metadata, repo_id, license=None):
         f"| Patch size | {_pair_text(backbone_config.get('patch_size'))} |",
         f"| Width / layers / heads / MLP | {backbone_config.get('hidden_dim')} / {backbone_config.get('num_layers')} / "
         f"{backbone_config.get('num_heads')} / {backbone_config.get('mlp_dim')} |",
+        f"| Parts | {_parts(backbone_config)} |",
         f"| Parameters | {params:,} |",
     ]
     if classifier:

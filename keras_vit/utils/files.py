@@ -18,13 +18,14 @@ The claim is made once, by the command, and handed down to the save.
 beside it and exchanged with the old one by Linux's
 `renameat2(RENAME_EXCHANGE)`, so a kill at any instruction leaves the old or
 the new directory at the path, never a mix. Where a kind keeps the user's
-files (a Hugging Face directory beside a user's README), those files are carried into the new directory as hard links
-before the exchange, and the user's directories as copies (a directory
-cannot be linked; the original stays in the old directory until the swap
-retires it). Where no exchange exists, the old directory is moved aside
-first; a process that dies before the new one is in place leaves no
-directory at the path until keras_vit's next access of it: a load or a save
-moves the old one back (a load that cannot reads the old one where it is).
+files (a Hugging Face directory beside a user's README), those plain files
+are carried into the new directory as hard links before the exchange (the
+same file, never a copy); a directory of the user's there is refused by name
+before any work, never copied or moved. Where no exchange exists, the old
+directory is moved aside first; a process that dies before the new one is in
+place leaves no directory at the path: the next save of it moves the old one
+back first, and a load, which never renames, names the old copy and the `mv`
+that restores it.
 
 **Staging is private and cleaned only when provably abandoned.** Staging,
 retired and temporary names are `.NAME.keras_vit-HOST-PID-RANDOM.ROLE`:
@@ -76,6 +77,7 @@ from keras_vit.utils.ownership import (  # noqa: F401  (public names of the writ
     check_name_length,
     check_not_nested,
     check_regular,
+    check_no_users_directories,
     check_replaceable,
     check_writable,
     check_writable_names,
@@ -233,6 +235,9 @@ class Destination:
             _check_parent(os.path.join(self.path, self.names[0] if self.names else "."), argument)
         else:
             check_replaceable(self.path, kind, argument, names=self.reserved)
+            retired = interrupted_save(self.path)
+            if retired is not None:  # the save moves a killed save's copy back first: checked now, not after
+                check_replaceable(retired, kind, argument, names=self.reserved)
             # Whether or not it exists: the new directory is built beside it, in its parent (a read-only mount).
             _check_parent(self.path, argument)
 
@@ -619,7 +624,6 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
     # put into the directory since is refused here, before anything of it is replaced.
     check_replaceable(path, kind, argument, names=reserved)
     staging = os.path.join(parent, _private_name(base, "incoming"))
-    carried_directories = []
     try:
         os.mkdir(staging)  # mode 0o777 & ~umask
         _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours, and what in it is ours
@@ -627,30 +631,21 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
         entries = {name: digest_of(os.path.join(staging, name)) for name in os.listdir(staging) if name != MARKER}
         carried = []
         if kind in KEEPS_USERS_FILES and os.path.isdir(path):
-            for name in foreign_entries(path, kind):
+            carried = foreign_entries(path, kind)
+            # Again, after the work: a directory the user made meanwhile is refused, never copied.
+            check_no_users_directories(path, carried, argument)
+            for name in carried:
                 if name in entries:
                     raise ArgumentError(f"{{name}} {quote(path)} holds {name}, which keras_vit did not write; it "
                                         "would overwrite it. Move it away and save again.", argument)
-                source = os.path.join(path, name)
-                if os.path.isdir(source) and not os.path.islink(source):
-                    carried_directories.append(name)
-                else:
-                    carried.append(name)
-            # Only the linked files are the user's in the staging: a copy of a user's directory is ours to
-            # delete (a kill during the copy leaves part of one, which the next save removes).
             _write_marker(staging, _staging_marker(kind, carried))
             for name in carried:  # the same file under two names until the old directory goes
                 os.link(os.path.join(path, name), os.path.join(staging, name), follow_symlinks=False)
-            # A directory cannot be linked: copied, so the user's original stays at `path` until the swap (then
-            # it is in the retired directory, removed there only while its copy at `path` is identical).
-            for name in carried_directories:
-                _copy_users_directory(os.path.join(path, name), os.path.join(staging, name), path, argument)
         # From here the staging directory's marker is the new directory's: what it holds of ours, by digest
-        # (a leftover's entries not listed, the user's, go back to `path`; the copies of directories still there
-        # are removed).
+        # (a leftover's entries not listed, the user's, go back to `path`).
         _write_marker(staging, {"writer": "keras_vit", "kind": kind, "entries": entries})
         if os.path.isdir(path):
-            _keep_modes(path, staging, skip=carried + carried_directories)
+            _keep_modes(path, staging, skip=carried)
         if not os.path.isdir(path):
             os.rename(staging, path)
             return
@@ -672,59 +667,13 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
                           "next save of it removes it.", UserWarning, stacklevel=3)
     except BaseException as error:
         if staging is not None and os.path.isdir(staging):
-            # The user's directories go back to `path`; what cannot be removed now (the same refusal) is of an
-            # ended process after this one: the next save of `path` removes it.
+            # What cannot be removed now is of an ended process after this one: the next save of `path` removes it.
             with contextlib.suppress(OSError):
                 _remove_retired(staging, path)
         full = _no_space_error(error, path)
         if full is not None:
             raise full from None
         raise
-
-
-def _copy_users_directory(source, target, path, argument=None):
-    """Copy a user's directory: files with their bytes, modes and times, links as links (never followed).
-
-    Anything else (a FIFO, a socket, a device node) is refused by name:
-    reading one could block or never end.
-    """
-    os.mkdir(target)
-    with os.scandir(source) as entries:
-        for entry in sorted(entries, key=lambda item: item.name):
-            copy = os.path.join(target, entry.name)
-            if entry.is_symlink():
-                os.symlink(os.readlink(entry.path), copy)
-            elif entry.is_dir(follow_symlinks=False):
-                _copy_users_directory(entry.path, copy, path, argument)
-            elif entry.is_file(follow_symlinks=False):
-                shutil.copy2(entry.path, copy, follow_symlinks=False)
-            else:
-                raise ArgumentError(f"{{name}} {quote(path)} holds {quote(entry.path)}, which is neither a file, "
-                                    "a directory nor a link; keras_vit carries only those into the new directory. "
-                                    "Move it away and save again.", argument)
-    shutil.copystat(source, target, follow_symlinks=False)  # after the content: the directory's mode and times
-
-
-def _same_tree(first, second):
-    """True if directories `first` and `second` hold the same names, types, modes, bytes and link targets."""
-    def listing(root):
-        found = {}
-        for directory, directories, names in os.walk(root):
-            for name in directories + names:
-                entry = os.path.join(directory, name)
-                info = os.lstat(entry)
-                found[os.path.relpath(entry, root)] = (stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode),
-                                                        os.readlink(entry) if stat.S_ISLNK(info.st_mode) else
-                                                        digest_of(entry) if stat.S_ISREG(info.st_mode) else None)
-        return found
-
-    try:
-        if not (os.path.isdir(first) and os.path.isdir(second)) or os.path.islink(first) or os.path.islink(second):
-            return False
-        return (stat.S_IMODE(os.stat(first).st_mode) == stat.S_IMODE(os.stat(second).st_mode)
-                and listing(first) == listing(second))
-    except OSError:
-        return False
 
 
 def _keep_modes(old, new, skip=()):
@@ -751,10 +700,8 @@ def _remove_retired(directory, path):
     An entry goes when it is ours by the directory's marker (its digest
     matches), when the marker says the directory was staging and the entry
     was not carried from the user, or when the same file is at `path` (a
-    carried hard link), or the same directory tree (a user's directory and
-    its copy: whichever is here, the other is at `path`). Anything else is
-    the user's: moved back to `path` when its name is free there, else left,
-    with the directory.
+    carried hard link). Anything else is the user's: moved back to `path`
+    when its name is free there, else left, with the directory.
     """
     marker = {}
     with contextlib.suppress(OSError, ValueError):
@@ -772,12 +719,11 @@ def _remove_retired(directory, path):
         twin = os.path.join(path, name)
         ours = ((staging is not None and name not in carried) or _owns(directory, name, entries)
                 or _abandoned_private(name))
-        same = os.path.lexists(twin) and (_same_tree(entry, twin) if os.path.isdir(entry) and not os.path.islink(entry)
-                                          else _same_file(entry, twin))
+        same = os.path.lexists(twin) and _same_file(entry, twin)
         if ours or same:
             if os.path.isdir(entry) and not os.path.islink(entry):
-                # Renamed first: a tree removed in part is no longer the same as its twin, but a private name of
-                # an ended process is ours wherever it is found; a kill inside the removal leaves only that.
+                # Renamed first: a private name of an ended process is ours wherever it is found, so a kill inside
+                # the removal leaves only that.
                 doomed = os.path.join(directory, name if _abandoned_private(name) else _private_name(name, "old"))
                 try:
                     if doomed != entry:
@@ -851,8 +797,9 @@ def recover_abandoned(path):
 
     Where the system has no atomic exchange, a swap moves the old directory
     aside before moving the new one in; a kill between leaves no directory
-    at `path`, and this moves the newest retired one back. Called by saves
-    of `path`, never by a load.
+    at `path`, and this moves the newest retired one back (only keras_vit's:
+    a directory with our marker, never a link). Called by saves of `path`,
+    never by a load.
     """
     path = os.path.abspath(os.fspath(path))
     parent, base = os.path.split(path)
@@ -870,61 +817,44 @@ def recover_abandoned(path):
             os.remove(entry)  # a temporary file: never a user's name
 
 
-def interrupted_save(path):
-    """The old copy a killed save left beside a missing `path`, or `None`.
+def killed_save_copies(path):
+    """What a killed save of a missing `path` left beside it: `(restorable, not_ours)`.
 
     Where the system has no atomic exchange, a save moves the old directory
-    aside (`.NAME.keras_vit-...old`) before moving the new one in; a kill
-    between the two leaves `path` missing. The newest such copy of an ended
-    process on this host is returned, for a save to move back and for a
-    load to put back (see `recover_for_reading`).
+    aside (`.NAME.keras_vit-HOST-PID-RANDOM.old`) before moving the new one
+    in; a kill between the two leaves `path` missing. Only entries under
+    that name of an ended process on this host (and PID namespace) count.
+
+    Returns:
+        `restorable`: the newest such copy that is keras_vit's (a directory,
+        not a link, with a keras_vit marker), or `None`. `not_ours`: the
+        entries under such a name that are not (a symbolic link, a file, a
+        directory without a marker): never read, followed or moved.
     """
     path = os.path.abspath(os.fspath(path))
     parent, base = os.path.split(path)
     if os.path.lexists(path) or not os.path.isdir(parent):
-        return None
-    retired = [os.path.join(parent, name) for name in os.listdir(parent)
-               if _abandoned(name, base) and name.endswith(".old") and os.path.isdir(os.path.join(parent, name))]
-    return max(retired, key=os.path.getmtime) if retired else None
+        return None, []
+    restorable, not_ours = [], []
+    for name in sorted(os.listdir(parent)):
+        if not (_abandoned(name, base) and name.endswith(".old")):
+            continue
+        entry = os.path.join(parent, name)
+        if os.path.isdir(entry) and not os.path.islink(entry) and read_marker(entry)[0] is not None:
+            restorable.append(entry)
+        else:
+            not_ours.append(entry)
+    return (max(restorable, key=os.path.getmtime) if restorable else None), not_ours
 
 
-def recover_for_reading(path):
-    """The path to read for `path`: first, the old copy a killed save left aside is put back in place.
+def interrupted_save(path):
+    """The old copy, keras_vit's, that a killed save left beside a missing `path`, or `None`.
 
-    Where the system has no atomic exchange, a save moves the old directory
-    aside before moving the new one in; a kill between the two leaves no
-    directory at `path` (a directory's content cannot be replaced in one step
-    without an exchange). keras_vit's next access undoes it, as a database
-    replays its journal on the next open: the old copy of an ENDED process on
-    this host is moved back, with a warning. Where it cannot be moved (a
-    read-only folder), the copy is read where it is, with a warning saying
-    how to put it back. A copy of a live process (a save in progress, which
-    puts the new directory in place itself) is never touched.
-
-    Args:
-        path: str or path-like. What the user asked to read.
-
-    Returns:
-        str. `path`, or the old copy to read in its place.
+    A save of `path` moves it back before it swaps in the new directory
+    (`recover_abandoned`); a load never moves it: it names it, with the `mv`
+    that restores it (`keras_vit.presets.handles`).
     """
-    path = os.fspath(path)
-    retired = interrupted_save(path)
-    if retired is None:
-        return path
-    try:
-        os.rename(retired, path)
-    except OSError as error:
-        if os.path.lexists(path):  # another reader or a save put a directory there first: read that
-            return path
-        warnings.warn(f"{quote(path)} is missing: a save of it was killed while replacing it, and its previous "
-                      f"content {quote(retired)} could not be put back ({error.strerror}); it is read from there. "
-                      f"To put it back: mv {quote(retired)} {quote(path)} (or save to {quote(path)} again where the "
-                      "folder is writable).", UserWarning, stacklevel=3)
-        return retired
-    warnings.warn(f"{quote(path)} was missing: a save of it was killed while replacing it (its process has "
-                  f"ended); its previous content, aside as {quote(retired)}, was put back.", UserWarning,
-                  stacklevel=3)
-    return path
+    return killed_save_copies(path)[0]
 
 
 def _clean_abandoned(path):

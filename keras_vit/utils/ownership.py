@@ -12,8 +12,9 @@ The writer's read-only half (`keras_vit.utils.files` writes):
   `..`, a hard link or a bind mount cannot hide that an output is, holds or
   lies inside an input.
 - **Private names.** Staging, retired and temporary names are
-  `.NAME.keras_vit-HOST-PID-RANDOM.ROLE`; one whose process ended on this
-  host is abandoned: keras_vit's, to clean, never a user's file.
+  `.NAME.keras_vit-HOST-PID-RANDOM.ROLE` (HOST: a tag of the hostname and
+  the PID namespace); one whose process ended on this host, in this PID
+  namespace, is abandoned: keras_vit's, to clean, never a user's file.
 - **Checks before the work**: only a regular file or a directory keras_vit
   owns is written over; a name must leave room for its private name; an
   output's parent must be writable.
@@ -32,8 +33,9 @@ import stat
 from keras_vit.utils.errors import ArgumentError
 
 MARKER = ".keras_vit.json"
-# Directory kinds whose replacement keeps the user's files in them (carried into the new directory);
-# the others refuse a directory that holds anything keras_vit did not write there.
+# Directory kinds whose replacement keeps the user's plain files in them (hard links in the new directory;
+# a user's directory there is refused); the others refuse a directory that holds anything keras_vit did not
+# write there.
 KEEPS_USERS_FILES = ("huggingface",)
 CHUNK = 1 << 20  # bytes read at a time
 # The failures of a write that name their cause and fix for the user: a full disk (or quota), and a refusal.
@@ -44,8 +46,22 @@ NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
 # === Names, processes ===
 
 
+def _pid_namespace():
+    """The PID namespace this process sees PIDs in (the inode of `/proc/self/ns/pid`), or `""` where unknown."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
 def _host_tag():
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    """A tag of where a PID means one process: the hostname and the PID namespace.
+
+    Two containers sharing a hostname and a folder (or TMPDIR) see each
+    other's PIDs as ended; with the namespace in the tag, another
+    namespace's private names are never taken for an ended process's.
+    """
+    return hashlib.sha256(f"{socket.gethostname()}\0{_pid_namespace()}".encode()).hexdigest()[:8]
 
 
 _PRIVATE = re.compile(r"^\.(?P<base>.+)\.keras_vit-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{8}\."
@@ -249,7 +265,8 @@ def check_replaceable(path, kind, argument=None, names=()):
     A missing path or an empty directory may be written; so may a directory
     whose marker says it is a `kind` directory and that holds nothing else.
     For a kind that keeps the user's files (`KEEPS_USERS_FILES`), only the
-    `names` the new directory needs must be free or ours.
+    `names` the new directory needs must be free or ours, and none of the
+    user's entries may be a directory (`check_no_users_directories`).
 
     Raises:
         ArgumentError: naming the path, the files that are not ours, and
@@ -263,6 +280,7 @@ def check_replaceable(path, kind, argument=None, names=()):
                             "there. Choose another path.", argument)
     foreign = foreign_entries(path, kind)
     if kind in KEEPS_USERS_FILES:
+        check_no_users_directories(path, foreign, argument)
         taken = [name for name in foreign if name in names]
         if taken:
             raise ArgumentError(
@@ -282,6 +300,34 @@ def check_replaceable(path, kind, argument=None, names=()):
         raise ArgumentError(
             f"{{name}} {quote(path)} holds files keras_vit did not write there ({shown}); writing the {kind} "
             "there would replace them. Choose a new or empty directory.", argument)
+
+
+def check_no_users_directories(path, foreign, argument=None):
+    """Refuse a directory to replace whole that holds directories of the user's (of `foreign`), naming each.
+
+    The user's plain files are kept in the new directory as hard links (the
+    same file, never a copy); a directory cannot be linked, and a copy is a
+    second version (a save into the original during the export is lost, a
+    hard link splits, another user's directory changes owner, a mount point
+    is moved). So none is copied, moved or read: refused before any work.
+
+    Raises:
+        ArgumentError: naming the path, each directory and the fix.
+    """
+    directories = [name for name in foreign if stat.S_ISDIR(_lstat_mode(os.path.join(path, name)))]
+    if directories:
+        shown = ", ".join(directories[:5]) + (f" and {len(directories) - 5} more" if len(directories) > 5 else "")
+        raise ArgumentError(
+            f"{{name}} {quote(path)} holds directories keras_vit did not write ({shown}); keras_vit replaces this "
+            "directory whole and keeps only your plain files in it, never a directory (it would have to copy "
+            f"it). Move them out of {quote(path)}, or export to another directory.", argument)
+
+
+def _lstat_mode(path):
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
 
 
 # The file keras-hub's `PresetSaver.save_task` writes before it calls the backbone's `save_to_preset`.

@@ -21,6 +21,7 @@ from keras_vit.data.image_folder import ImageFolderDataset, check_held_out
 from keras_vit.distribution import engines
 from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.presets import load_model
+from keras_vit.presets.handles import check_not_killed_save
 from keras_vit.presets.keras_vit_format import METADATA_FILE, PRESET_KIND, WEIGHTS_FILE
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.utils.files import claim, quote
@@ -696,6 +697,8 @@ def finetune(
     # The output and the run directory are claimed once, here: never what the run reads (under any name), the
     # output never in the run directory, and a directory only where it replaces nothing of the user's. The save,
     # the epoch backup and the log write through these claims.
+    if isinstance(preset, (str, os.PathLike)) and not os.path.exists(preset):
+        check_not_killed_save(preset)  # an input a killed save left aside: named with its `mv`, before any claim
     preset_path = preset if preset is not None and os.path.exists(str(preset)) else None
     reads = {"data directory": data_dir, "validation directory": validation_dir, "pre-trained model": preset_path}
     destination = None if output is None else claim(output, PRESET_KIND, inputs={**reads, "run directory": run_dir},

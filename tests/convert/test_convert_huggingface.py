@@ -109,9 +109,10 @@ def test_export_huggingface_round_trip(tmp_path):
 
 def test_export_huggingface_refuses_what_hf_cannot_express(tmp_path):
     # Shapes shared with the other tests keep JAX's per-shape compiles cached.
+    # (A model with registers is a Dinov2WithRegistersModel now: tests/convert/test_export_huggingface_families.py.)
     backbone = ViTBackbone(image_size=16, patch_size=4, hidden_dim=16, num_layers=2, num_heads=2, mlp_dim=32,
-                           num_register_tokens=3, prefix_position_embedding=False)
-    with pytest.raises(ValueError, match="register tokens.*export_timm"):
+                           final_norm=False)
+    with pytest.raises(ValueError, match="no final LayerNorm.*export_timm"):
         export_huggingface(backbone, tmp_path / "out")
 
 

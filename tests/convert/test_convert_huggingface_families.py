@@ -93,3 +93,37 @@ def test_unknown_family_tensor_is_named():
     state["encoder.layers.0.self_attn.extra.weight"] = np.zeros((2,), np.float32)
     with pytest.raises(ValueError, match="self_attn.extra.weight"):
         from_huggingface_family(source.config.to_dict(), state, preprocessing={})
+
+
+WIDE = np.random.default_rng(6).integers(0, 256, size=(2, 12, 20, 3)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("family", ["siglip", "clip", "dinov2", "dinov2_registers"])
+def test_non_square_images_match_transformers_interpolated_positions(family):
+    # transformers resamples the 4x4 position grid to the image's 3x5 at run time (bicubic; antialiased only in
+    # Dinov2WithRegisters); keras_vit resamples once at conversion with the same filter.
+    if family == "siglip":
+        source = _build(transformers.SiglipVisionConfig, transformers.SiglipVisionModel, 20, intermediate_size=32)
+    elif family == "clip":
+        source = _build(transformers.CLIPVisionConfig, transformers.CLIPVisionModel, 21, intermediate_size=32)
+    elif family == "dinov2":
+        source = _build(transformers.Dinov2Config, transformers.Dinov2Model, 22, mlp_ratio=2)
+    else:
+        source = _build(transformers.Dinov2WithRegistersConfig, transformers.Dinov2WithRegistersModel, 23,
+                        mlp_ratio=2, num_register_tokens=2)
+    mean, std = (CLIP_MEAN, CLIP_STD) if family == "clip" else ((0.5,) * 3, (0.5,) * 3)
+    x = (WIDE.astype(np.float32) / 255.0 - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    pixels = torch.from_numpy(x.transpose(0, 3, 1, 2).copy())
+    with torch.no_grad():  # Dinov2 always interpolates; SigLIP and CLIP when asked
+        expected = source(pixel_values=pixels, **({} if family.startswith("dinov2") else
+                                                   {"interpolate_pos_encoding": True}))
+    backbone = _convert(source, mean, std, image_size=(12, 20), interpolation="bicubic",
+                        antialias=family == "dinov2_registers")
+    assert backbone.input_shape[1:3] == (12, 20)
+    tokens = predict(backbone, WIDE)
+    if family == "clip":
+        assert max_abs_diff(tokens[:, 0], expected.pooler_output.numpy()) <= TOLERANCE
+    else:
+        assert max_abs_diff(tokens, expected.last_hidden_state.numpy()) <= TOLERANCE
+    if family == "siglip":
+        assert max_abs_diff(predict(backbone.pooled_model(), WIDE), expected.pooler_output.numpy()) <= TOLERANCE

@@ -23,7 +23,7 @@ from keras_vit.convert import resample_position_embedding
 from keras_vit.convert.io import write_safetensors
 from keras_vit.presets.registry import PRESETS
 from tests.presets.preset_helpers import images, to_numpy
-from tests.presets.test_presets_registry import PLAIN, vit_parameter_count
+from tests.presets.test_presets_registry import LATER, PLAIN, vit_parameter_count
 
 HYBRID = sorted(name for name, entry in PRESETS.items() if "+" in entry["variant"])
 FT_384 = "vit_r50_b16_in21k_ft_in1k_384"
@@ -65,9 +65,9 @@ def test_arithmetic_reproduces_timm_hybrid_figures():
         assert hybrid_parameter_count(depths, size, image, classes) == expected, (depths, size, image, classes)
 
 
-def test_every_entry_is_plain_or_hybrid():
+def test_every_entry_is_plain_hybrid_or_later():
     assert HYBRID == [IN21K, FT_384]
-    assert sorted(PLAIN + HYBRID) == sorted(PRESETS) and len(PRESETS) == 41
+    assert sorted(PLAIN + HYBRID + LATER) == sorted(PRESETS) and len(PRESETS) == 48 and len(LATER) == 7
 
 
 def test_hybrid_entries_describe_the_timm_checkpoints():

@@ -1,5 +1,6 @@
 """The registry as data: well-formed entries and parameter counts checked by building each model."""
 
+import json
 import re
 
 import keras
@@ -39,12 +40,46 @@ def vit_parameter_count(size, patch, image, num_classes, channels=3):
     return embedding + depth * block + 2 * width + head
 
 
-# Plain ViT entries; the hybrid ones (variant "R50+ViT-B/16") are checked in test_presets_hybrid.py.
-PLAIN = sorted(name for name, entry in PRESETS.items() if "+" not in entry["variant"])
+# Plain ViT entries of the paper and AugReg; the hybrid ones (variant "R50+ViT-B/16") are checked in
+# test_presets_hybrid.py, the later families (SigLIP, CLIP, DINOv2, DeiT) below with their own facts.
+PLAIN = sorted(name for name, entry in PRESETS.items() if entry["family"] == "vit" and "+" not in entry["variant"])
+LATER = sorted(name for name, entry in PRESETS.items() if entry["family"] != "vit")
+
+# Each later family's facts, written out from timm 1.0.31 (`timm.models.get_pretrained_cfg(name)` and the
+# architecture functions in timm/models/vision_transformer.py and deit.py), not read from the registry:
+# the preset name's prefix, timm's architecture names on the hub, mean and std, what the backbone is built
+# with. A new entry of a family must agree with them; a new family needs its row here.
+_IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+LATER_FAMILIES = {
+    "siglip": dict(prefix="siglip_", timm=r"vit_(base_patch16|so400m_patch14)_siglip_(224|384)\.webli",
+                   mean_std=(0.5, 0.5), backbone=dict(use_class_token=False, attention_pooling=True)),
+    "siglip2": dict(prefix="siglip2_", timm=r"vit_base_patch16_siglip_224\.v2_webli", mean_std=(0.5, 0.5),
+                    backbone=dict(use_class_token=False, attention_pooling=True)),
+    "clip": dict(prefix="clip_", timm=r"vit_base_patch16_clip_224\.openai",
+                 mean_std=((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),
+                 backbone=dict(pre_norm=True, mlp_activation="quick_gelu", layer_norm_epsilon=1e-5,
+                               use_class_token=True)),
+    "dinov2": dict(prefix="dinov2_", timm=r"vit_(small|base)_patch14_reg4_dinov2\.lvd142m", mean_std=_IMAGENET,
+                   backbone=dict(num_register_tokens=4, prefix_position_embedding=False, use_class_token=True)),
+    "deit": dict(prefix="deit_", timm=r"deit_base_distilled_patch16_224\.fb_in1k", mean_std=_IMAGENET,
+                 backbone=dict(use_distillation_token=True, use_class_token=True)),
+}
+# timm 1.0.31's parameter counts of each registered architecture (random init, meta device,
+# sum(p.numel()); `num_classes=0` for the image towers, 1000 for DeiT), and its pretrained_cfg's
+# input size and crop_pct for the tag: the independent anchor of the later entries' `params` and transform.
+LATER_TIMM_FACTS = {  # timm name -> (parameters, input size, crop_pct)
+    "vit_base_patch16_siglip_224.webli": (92_884_224, 224, 0.9),
+    "vit_so400m_patch14_siglip_384.webli": (428_225_600, 384, 0.9),
+    "vit_base_patch16_siglip_224.v2_webli": (92_884_224, 224, 0.9),
+    "vit_base_patch16_clip_224.openai": (85_799_424, 224, 0.9),
+    "vit_small_patch14_reg4_dinov2.lvd142m": (22_057_344, 518, 1.0),
+    "vit_base_patch14_reg4_dinov2.lvd142m": (86_582_016, 518, 1.0),
+    "deit_base_distilled_patch16_224.fb_in1k": (87_338_192, 224, 0.9),
+}
 
 
 def _parse(entry):
-    match = re.match(r"ViT-(Ti|S|B|L|H)/(\d+)$", entry["variant"])
+    match = re.match(r"ViT-(Ti|S|B|L|H|So400m)/(\d+)$", entry["variant"])
     return match.group(1), int(match.group(2))
 
 
@@ -80,15 +115,57 @@ def _check_entry(name):
     assert entry["license"] == "apache-2.0" and entry["description"] and "\n" not in entry["description"]
     assert entry["pixel_mean"] == 0.5 and entry["pixel_std"] == 0.5
     assert entry["params"] == vit_parameter_count(size, patch, entry["image_size"], entry["num_classes"])
+    assert "registry_decides" not in entry  # the paper's and AugReg's files say everything
+
+
+def _check_later_entry(name):
+    entry = PRESETS[name]
+    facts = LATER_FAMILIES[entry["family"]]
+    size, patch = _parse(entry)
+    assert name.startswith(f"{facts['prefix']}{size.lower()}{patch}_") and re.fullmatch(r"[a-z0-9_]+", name)
+    assert entry["format"] == "timm" and entry["revision"] is None and entry["sha256"] is None
+    timm_name = entry["source"].removeprefix("hf://timm/")
+    assert re.fullmatch(facts["timm"], timm_name), timm_name
+    params, input_size, crop_pct = LATER_TIMM_FACTS[timm_name]
+    # timm's patch convolution sees the largest multiple of the patch (So400m/14 at 384: 378 pixels);
+    # the model takes those, and the crop keeps timm's scale.
+    seen = input_size // patch * patch
+    assert entry["params"] == params and entry["image_size"] == seen
+    crop_pct = crop_pct * seen / input_size
+    assert name.endswith("_384") == (input_size == 384)  # 518 is DINOv2's only size: no suffix
+    assert (entry["pixel_mean"], entry["pixel_std"]) == facts["mean_std"]
+    for key, value in facts["backbone"].items():  # the architecture flags, as ViTBackbone's defaults fill them
+        assert entry["config"].get(key, _BACKBONE_DEFAULTS[key]) == value, key
+    assert {key: entry["config"][key] for key in ("resize_mode", "crop_fraction", "interpolation", "alpha")} == {
+        "resize_mode": "center_crop", "crop_fraction": crop_pct, "interpolation": "bicubic", "alpha": "drop"}
+    # Only DeiT's release is a classifier; the others are image towers (their projections are not heads).
+    assert entry["num_classes"] == (1000 if entry["family"] == "deit" else None)
+    assert (entry["class_names"] == "imagenet-1k") == (entry["num_classes"] == 1000)
+    assert set(entry.get("registry_decides", ())) <= set(entry["config"])
+    assert entry["license"] in ("apache-2.0", "mit") and entry["description"] and "\n" not in entry["description"]
+
+
+_BACKBONE_DEFAULTS = dict(use_class_token=True, attention_pooling=False, pre_norm=False, mlp_activation="gelu",
+                          layer_norm_epsilon=1e-6, num_register_tokens=0, prefix_position_embedding=True,
+                          use_distillation_token=False)
 
 
 def test_every_entry_is_well_formed():
     # One test over the whole table (not one per entry): each test pays for a Keras session reset.
-    for name in PLAIN:
+    assert LATER and all(PRESETS[name]["family"] in LATER_FAMILIES for name in LATER)
+    for name in PLAIN + LATER:
         try:
-            _check_entry(name)
+            (_check_entry if name in PLAIN else _check_later_entry)(name)
         except AssertionError as error:
             raise AssertionError(f"registry entry {name!r}: {error}") from error
+
+
+def test_covers_the_later_families_people_use():
+    # Issue 48: a SigLIP base and So400m, a SigLIP 2, a CLIP ViT-B/16, DINOv2 with registers at S and B,
+    # and DeiT-B distilled.
+    assert {(PRESETS[name]["family"], PRESETS[name]["variant"]) for name in LATER} == {
+        ("siglip", "ViT-B/16"), ("siglip", "ViT-So400m/14"), ("siglip2", "ViT-B/16"), ("clip", "ViT-B/16"),
+        ("dinov2", "ViT-S/14"), ("dinov2", "ViT-B/14"), ("deit", "ViT-B/16")}
 
 
 def test_covers_every_released_size():
@@ -125,7 +202,8 @@ def count_preset():
 
     def count(name):
         entry = PRESETS[name]
-        key = (entry["variant"], entry["image_size"], entry["num_classes"])
+        # The architecture: SigLIP, CLIP and the paper's ViT-B/16 share a variant and size, not a config.
+        key = (entry["variant"], entry["image_size"], entry["num_classes"], json.dumps(entry["config"], sort_keys=True))
         if key not in by_architecture:
             original, hub._download_file = hub._download_file, refuse
             try:
@@ -147,7 +225,7 @@ def count_preset():
 
 
 def _check_counts(count_preset, sizes):
-    names = [name for name in PLAIN if _parse(PRESETS[name])[0] in sizes]
+    names = [name for name in PLAIN + LATER if _parse(PRESETS[name])[0] in sizes]
     assert names
     wrong = {name: (count_preset(name), PRESETS[name]["params"]) for name in names
              if count_preset(name) != PRESETS[name]["params"]}
@@ -158,6 +236,21 @@ def test_parameter_counts_by_building_without_weights(count_preset):
     _check_counts(count_preset, ("Ti", "S", "B"))
 
 
-@pytest.mark.slow  # ViT-L and ViT-H have 24 and 32 blocks: the slow part of this file
+@pytest.mark.slow  # ViT-L, So400m and ViT-H have 24, 27 and 32 blocks: the slow part of this file
 def test_large_and_huge_parameter_counts_by_building_without_weights(count_preset):
-    _check_counts(count_preset, ("L", "H"))
+    _check_counts(count_preset, ("L", "So400m", "H"))
+
+
+@pytest.mark.one_backend("prints the registry's data; nothing is built")
+def test_presets_command_lists_the_later_families(capsys):
+    from keras_vit import cli
+
+    assert cli.main(["presets", "--backbones", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    for name in ("siglip_b16_webli", "siglip_so400m14_webli_384", "siglip2_b16_webli", "clip_b16_openai",
+                 "dinov2_s14_reg4_lvd142m", "dinov2_b14_reg4_lvd142m"):
+        assert f"\n{name} " in out, name
+    assert "source hf://timm/vit_base_patch16_clip_224.openai (timm)" in out and "license mit" in out
+    assert "ViTBackbone.from_preset(NAME)" in out
+    assert cli.main(["presets", "--with-head"]) == 0
+    assert "deit_b16_distilled_in1k" in capsys.readouterr().out

@@ -78,9 +78,9 @@ def test_the_harness_counts_the_writers_calls(sample):
 
 @one_backend
 @pytest.mark.slow
-def test_a_kill_between_the_fallbacks_renames_is_sampled_and_undone_by_the_next_load(sample):
+def test_a_kill_between_the_fallbacks_renames_is_sampled_and_named_by_the_next_load(sample):
     # The window the fallback cannot close (no directory at the path): CI kills at each rename and exchange,
-    # and the one case that needs keras_vit's next load to be whole is counted apart, not hidden.
+    # and the one case that needs the `mv` the next load names to be whole is counted apart, not hidden.
     cases = sample["preset-no-exchange"]["cases"]
     renames = [case["at"] for case in cases if case["mode"] == "kill" and case["call"].startswith("rename")]
     assert len(renames) >= 2, f"the sample did not kill at the fallback's renames: {renames}"
