@@ -20,7 +20,7 @@ import numpy as np
 import keras
 
 from keras_vit.layers.transformer_block import TransformerBlock
-from keras_vit.utils import files
+from keras_vit.writer import files
 from keras_vit.utils.values import check_count, check_number
 
 RANK_KEY, ALPHA_KEY = "lora/rank", "lora/alpha"
@@ -167,7 +167,7 @@ class LowRankAdaptation:
 
         Args:
             path: str, path-like, or a `Destination` of
-                `keras_vit.utils.files`. The file is an `.npz` archive
+                `keras_vit.writer.files`. The file is an `.npz` archive
                 whatever its name; `"flowers.lora.npz"` says so.
 
         Raises:

@@ -32,7 +32,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from keras_vit.utils.files import quote
+from keras_vit.writer.files import quote
 
 _CHUNK = 1 << 20
 # The hub's own repo-id rule (huggingface_hub.utils.validate_repo_id) for each of

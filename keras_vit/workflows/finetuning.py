@@ -24,7 +24,7 @@ from keras_vit.presets import load_model
 from keras_vit.presets.handles import check_not_killed_save
 from keras_vit.presets.keras_vit_format import METADATA_FILE, PRESET_KIND, WEIGHTS_FILE
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import claim, quote
+from keras_vit.writer.files import claim, quote
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.utils.values import check_count, check_optional_count, to_pair
 from keras_vit.workflows import notices, optimizers

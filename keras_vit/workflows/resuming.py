@@ -24,8 +24,8 @@ from keras_vit.data.image_folder import EpochSync
 from keras_vit.distribution import engines
 from keras_vit.integrations.torch_random import global_rng_state, set_global_rng_state
 from keras_vit.presets.keras_vit_format import PRESET_KIND
-from keras_vit.utils import files
-from keras_vit.utils.files import claim, quote
+from keras_vit.writer import files
+from keras_vit.writer.files import claim, quote
 from keras_vit.workflows.agreement import training_fingerprint
 
 # A slot's files.
@@ -35,7 +35,7 @@ CHECKPOINT_STATE = "state.json"
 # needs them, so the backup keeps them beside the weights (numpy arrays, never pickles).
 CHECKPOINT_LORA = "lora.npz"
 # A run directory holds these, and only these, of ours: the log and the pointer are ours by the digests its
-# marker records, the slots and `best/` by their own markers (keras_vit.utils.files); a user's file among them
+# marker records, the slots and `best/` by their own markers (keras_vit.writer.files); a user's file among them
 # is refused by name before any work.
 RUN_KIND, SLOT_KIND = "run", "epoch-backup"
 SLOTS = ("backup.a", "backup.b")
@@ -62,7 +62,7 @@ def claim_run(run_dir, inputs=None, argument="run_dir"):
             command line). Defaults to `"run_dir"`.
 
     Returns:
-        A `keras_vit.utils.files.Destination` for the slots, the pointer,
+        A `keras_vit.writer.files.Destination` for the slots, the pointer,
         `best/` and `log.csv`, or `None`.
 
     Raises:

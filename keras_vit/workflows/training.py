@@ -15,8 +15,8 @@ import numpy as np
 from keras_vit.data.image_folder import ArrayBatches, checked_class_indices
 from keras_vit.distribution import engines
 from keras_vit.presets.keras_vit_format import optimizer_set_aside
-from keras_vit.utils import files
-from keras_vit.utils.files import quote
+from keras_vit.writer import files
+from keras_vit.writer.files import quote
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.utils.values import check_count, check_number, check_positive_number
 from keras_vit.workflows import optimizers
@@ -178,7 +178,7 @@ def save_model(model, path):
     the optimizer it was trained with, which would triple the size of an
     AdamW-trained model; the run directory's checkpoint keeps that state to
     resume. `path` is a path or a destination a command claimed
-    (`keras_vit.utils.files.claim`); a kill leaves the old file or the new
+    (`keras_vit.writer.files.claim`); a kill leaves the old file or the new
     one. In a job of several processes only process 0 writes (the others
     take part in a collective save and discard it).
     """

@@ -447,7 +447,7 @@ def _figure(seed):
 def writers():
     """Every writer of the package, each with its sandbox."""
     from keras_vit.convert import export_huggingface, export_timm
-    from keras_vit.utils import files
+    from keras_vit.writer import files
 
     def at(root, *parts):
         return os.path.join(root, *parts)
@@ -680,7 +680,7 @@ def _backup(model, run, epoch):
 
 def _figures(directory, seed):
     from keras_vit.inspection.figures import save_figure
-    from keras_vit.utils import files
+    from keras_vit.writer import files
 
     destination = files.claim(directory, "figures", names=["a.png", "b.png"])
     save_figure(_figure(seed), destination, "a.png")

@@ -139,7 +139,7 @@ def test_save_to_preset_never_replaces_a_users_directory(tmp_path):
 KILLED_SAVE = textwrap.dedent("""
     import os, sys
     import keras, keras_vit
-    from keras_vit.utils import files
+    from keras_vit.writer import files
 
     path, point = sys.argv[1], sys.argv[2]
     keras.utils.set_random_seed(1)

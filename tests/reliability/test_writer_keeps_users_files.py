@@ -2,7 +2,7 @@
 
 Each case is one that lost a user's work, leaked a file or failed on
 2026-11-25's main (the failure is named in the test); the writer is
-`keras_vit.utils.files`.
+`keras_vit.writer.files`.
 """
 
 import os

@@ -1,4 +1,4 @@
-"""Every file keras_vit writes, renames or removes goes through its one writer, `keras_vit.utils.files`.
+"""Every file keras_vit writes, renames or removes goes through its one writer, `keras_vit.writer.files`.
 
 The package's source is read with `ast` (nothing is imported) and every call
 that writes, renames or removes a file is listed with its place; the test
@@ -25,8 +25,8 @@ import pytest
 from tests.package_source import package_modules
 
 # The writer, split by job: files.py writes outputs; uploads.py writes only its private copy for an upload.
-# utils/ownership.py decides what may be written and writes nothing itself (checked below).
-WRITER = ("utils/files.py", "utils/uploads.py")
+# writer/ownership.py decides what may be written and writes nothing itself (checked below).
+WRITER = ("writer/files.py", "writer/uploads.py")
 
 # Calls by attribute or name that write, rename or remove files, whatever they are called on.
 WRITING_CALLS = {
@@ -152,12 +152,12 @@ def test_every_write_goes_through_the_writer():
         for function, call, line in found:
             if (module, function, call) not in EXCEPTIONS:
                 outside.append(f"keras_vit/{module}:{line} {function}: {call}")
-    assert not outside, "files written outside keras_vit/utils/files.py:\n" + "\n".join(outside)
+    assert not outside, "files written outside keras_vit/writer/files.py:\n" + "\n".join(outside)
 
 
 @pytest.mark.one_backend("reads the package's source")
 def test_the_ownership_checks_write_nothing():
-    assert "utils/ownership.py" not in package_writes()
+    assert "writer/ownership.py" not in package_writes()
 
 
 @pytest.mark.one_backend("reads the package's source")

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from keras_vit.utils import files
+from keras_vit.writer import files
 from keras_vit.workflows import resuming
 from keras_vit.workflows.digits_demo import build_digits_classifier
 from keras_vit.workflows.resuming import POINTER_FILE, SLOTS, EpochCheckpoint, claim_run

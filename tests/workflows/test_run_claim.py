@@ -15,7 +15,7 @@ import sys
 import keras
 import pytest
 
-from keras_vit.utils import files
+from keras_vit.writer import files
 from keras_vit.workflows import resuming
 from tests.finetune.helpers import tiny_backbone_file, write_folder
 from tests.reliability.helpers import run_cli
@@ -82,7 +82,7 @@ def _recorded_checks(argv, capsys, monkeypatch, checks, writers_own, until_fit):
         def recording(path, *args, **kwargs):
             frame = sys._getframe(1)
             if writers_own:
-                ours = frame.f_globals.get("__name__") in ("keras_vit.utils.files", "keras_vit.utils.ownership")
+                ours = frame.f_globals.get("__name__") in ("keras_vit.writer.files", "keras_vit.writer.ownership")
             else:
                 ours = isinstance(frame.f_locals.get("self"), files.Destination)
             if path is not None:

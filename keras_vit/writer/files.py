@@ -8,7 +8,7 @@ each output, naming its inputs:
     save_model(model, destination)
 
 and the claim refuses, before any work, what would lose a user's file or
-fail after the work (`keras_vit.utils.ownership` decides, reading only): an
+fail after the work (`keras_vit.writer.ownership` decides, reading only): an
 output that is, contains or lies inside an input, by identity; a directory
 holding files keras_vit cannot prove it wrote; anything but a regular file or
 a directory; a mount point; a name too long for its private staging name.
@@ -35,7 +35,7 @@ content that keras_vit wrote) when its host is this one and its process is
 no longer alive, and only by a save of the same path, never by a load.
 
 Reading a directory for upload (links refused, never followed) is
-`keras_vit.utils.uploads`.
+`keras_vit.writer.uploads`.
 
 **Modes follow the umask**: new files get `0o666 & ~umask`, directories
 `0o777 & ~umask`; a replaced file or directory keeps its mode.
@@ -62,29 +62,29 @@ import tempfile
 import warnings
 
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.ownership import (  # noqa: F401  (public names of the writer, importable from here)
+from keras_vit.writer.ownership import (  # noqa: F401  (public names of the writer, importable from here)
     CHUNK,
     KEEPS_USERS_FILES,
     MARKER,
-    NO_SPACE,
     NOT_ALLOWED,
+    NO_SPACE,
     OUTPUT_FILE_FORMATS,
-    _abandoned,
-    _abandoned_private,
-    _check_parent,
-    _owns,
-    _private_name,
+    abandoned_copy,
+    abandoned_private,
     check_name_length,
-    check_not_nested,
-    check_regular,
     check_no_users_directories,
+    check_not_nested,
+    check_parent_writable,
+    check_regular,
     check_replaceable,
     check_writable,
     check_writable_names,
     digest_of,
     foreign_entries,
     output_format,
+    owns,
     path_relation,
+    private_name,
     quote,
     read_marker,
 )
@@ -232,14 +232,14 @@ class Destination:
             for name, entry_kind in self.directories.items():
                 check_replaceable(os.path.join(self.path, name), entry_kind, argument)
             # The names are written inside it: it, or the nearest directory above it that exists, must be writable.
-            _check_parent(os.path.join(self.path, self.names[0] if self.names else "."), argument)
+            check_parent_writable(os.path.join(self.path, self.names[0] if self.names else "."), argument)
         else:
             check_replaceable(self.path, kind, argument, names=self.reserved)
             retired = interrupted_save(self.path)
             if retired is not None:  # the save moves a killed save's copy back first: checked now, not after
                 check_replaceable(retired, kind, argument, names=self.reserved)
             # Whether or not it exists: the new directory is built beside it, in its parent (a read-only mount).
-            _check_parent(self.path, argument)
+            check_parent_writable(self.path, argument)
 
     def __fspath__(self):
         return self.path
@@ -339,7 +339,7 @@ class Destination:
                 _remove_ours(path)
         else:
             kind, entries = read_marker(self.path)
-            if kind == self.kind and _owns(self.path, name, entries):
+            if kind == self.kind and owns(self.path, name, entries):
                 os.remove(path)
         return not os.path.lexists(path)
 
@@ -363,7 +363,7 @@ class Destination:
             raise ValueError(f"{name!r} was not claimed as a directory in {quote(self.path)}.")
         os.makedirs(self.path, exist_ok=True)
         _clean_abandoned(path)  # the staging of a killed write of `name`
-        staging = os.path.join(self.path, _private_name(name, "incoming"))
+        staging = os.path.join(self.path, private_name(name, "incoming"))
         try:
             os.mkdir(staging)
             _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours
@@ -448,7 +448,7 @@ def _staged_path(path, suffix="", before_replace=None):
     before it is renamed into place (to record it as ours first).
     """
     directory, base = os.path.split(os.path.abspath(path))
-    temporary = os.path.join(directory, _private_name(base, "tmp", suffix))
+    temporary = os.path.join(directory, private_name(base, "tmp", suffix))
     mode = _new_file_mode(path)
     try:
         yield temporary
@@ -623,7 +623,7 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
     # Again, on purpose: the claim was made at the command's start and the work came between; a file the user
     # put into the directory since is refused here, before anything of it is replaced.
     check_replaceable(path, kind, argument, names=reserved)
-    staging = os.path.join(parent, _private_name(base, "incoming"))
+    staging = os.path.join(parent, private_name(base, "incoming"))
     try:
         os.mkdir(staging)  # mode 0o777 & ~umask
         _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours, and what in it is ours
@@ -652,7 +652,7 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
         if exchange_paths(staging, path):
             retired = staging
         else:
-            retired = os.path.join(parent, _private_name(base, "old"))
+            retired = os.path.join(parent, private_name(base, "old"))
             os.rename(path, retired)
             try:
                 os.rename(staging, path)
@@ -717,14 +717,14 @@ def _remove_retired(directory, path):
             continue
         entry = os.path.join(directory, name)
         twin = os.path.join(path, name)
-        ours = ((staging is not None and name not in carried) or _owns(directory, name, entries)
-                or _abandoned_private(name))
+        ours = ((staging is not None and name not in carried) or owns(directory, name, entries)
+                or abandoned_private(name))
         same = os.path.lexists(twin) and _same_file(entry, twin)
         if ours or same:
             if os.path.isdir(entry) and not os.path.islink(entry):
                 # Renamed first: a private name of an ended process is ours wherever it is found, so a kill inside
                 # the removal leaves only that.
-                doomed = os.path.join(directory, name if _abandoned_private(name) else _private_name(name, "old"))
+                doomed = os.path.join(directory, name if abandoned_private(name) else private_name(name, "old"))
                 try:
                     if doomed != entry:
                         os.rename(entry, doomed)
@@ -805,7 +805,7 @@ def recover_abandoned(path):
     parent, base = os.path.split(path)
     if not os.path.isdir(parent):
         return
-    leftovers = [os.path.join(parent, name) for name in os.listdir(parent) if _abandoned(name, base)]
+    leftovers = [os.path.join(parent, name) for name in os.listdir(parent) if abandoned_copy(name, base)]
     retired = interrupted_save(path)
     if retired is not None:
         os.rename(retired, path)
@@ -837,7 +837,7 @@ def killed_save_copies(path):
         return None, []
     restorable, not_ours = [], []
     for name in sorted(os.listdir(parent)):
-        if not (_abandoned(name, base) and name.endswith(".old")):
+        if not (abandoned_copy(name, base) and name.endswith(".old")):
             continue
         entry = os.path.join(parent, name)
         if os.path.isdir(entry) and not os.path.islink(entry) and read_marker(entry)[0] is not None:
