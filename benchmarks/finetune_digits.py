@@ -157,7 +157,7 @@ def main():
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
-        from keras_vit.utils import atomic_write
+        from keras_vit.writer.files import atomic_write
 
         with atomic_write(args.json, "w") as file:
             file.write(text)

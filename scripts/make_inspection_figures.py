@@ -43,7 +43,7 @@ def main(argv=None):
     from keras_vit import inspection
     from keras_vit.cli import main as cli
     from keras_vit.data import load_digits_split
-    from keras_vit.utils import atomic_write
+    from keras_vit.writer.files import atomic_write
 
     pretrained = os.path.join(args.work, "mpp_digits.keras")
     trained = os.path.join(args.work, "digits.keras")

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.one_backend("reads the package's source with ast, impor
 LEVELS = (
     ("integrations", "backend_choice"),  # backend_choice: the standard library only, run before Keras
     ("utils",),
+    ("writer",),  # the one writer: every package above may write through it
     ("layers",),
     ("models",),
     ("convert",),

@@ -3,7 +3,7 @@
 
 from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import ImageSize, Path, PositiveInt
-from keras_vit.utils.files import FILE, claim, output_format, quote, save_model
+from keras_vit.writer.files import FILE, claim, output_format, quote, save_model
 
 # What `keras-vit convert` writes; what it reads is the reading table, keras_vit.presets.formats.READ_FORMATS.
 CONVERT_TO_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
@@ -55,7 +55,7 @@ def check_destination(source, destination, target):
     a second check that a bind mount went around).
 
     Returns:
-        The `keras_vit.utils.files.Destination` the conversion writes.
+        The `keras_vit.writer.files.Destination` the conversion writes.
 
     Raises:
         UsageError: naming the path and the fix.

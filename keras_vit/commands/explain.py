@@ -10,7 +10,7 @@ import os
 
 from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import ModelHandle, Path, PositiveInt
-from keras_vit.utils.files import claim, quote
+from keras_vit.writer.files import claim, quote
 
 DEFAULT_BATCH = 8
 

@@ -9,7 +9,7 @@ from keras_vit.commands.training_options import (
     run_distributed,
     run_settings,
 )
-from keras_vit.utils.files import quote
+from keras_vit.writer.files import quote
 from keras_vit.utils.seeds import set_random_seed
 
 

@@ -12,7 +12,7 @@ import warnings
 from keras_vit.commands import UsageError
 from keras_vit.commands.arguments import PositiveInt
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import FILE, claim, output_format
+from keras_vit.writer.files import FILE, claim, output_format
 
 
 def add_distribute_argument(parser):
@@ -178,8 +178,11 @@ def check_training_flags(args):
     init_from = getattr(args, "init_from", None)
     reads = {"data directory": getattr(args, "data_dir", None),
              "pre-trained model": init_from if init_from and os.path.exists(init_from) else None}
-    save_claim = None if save is None else claim(save, FILE, inputs=reads, argument="save")
-    run_claim = claim_run(getattr(args, "run_dir", None) or default_run_dir(save), inputs=reads)
+    run_dir = getattr(args, "run_dir", None) or default_run_dir(save)
+    # The saved model never in the run directory (nor the run directory in it): one would replace the other.
+    save_claim = None if save is None else claim(save, FILE, inputs={**reads, "run directory (--run-dir)": run_dir},
+                                                 argument="save")
+    run_claim = claim_run(run_dir, inputs=reads)
     return run_claim, save_claim
 
 

@@ -18,7 +18,7 @@ from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.huggingface_families import (
     EXPORT_CLASSES, FAMILIES, export_family, family_config_and_tensors, from_huggingface_family, fused_qkv)
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
-from keras_vit.utils.files import Destination, claim, write_json_file
+from keras_vit.writer.files import Destination, claim, write_json_file
 from keras_vit.utils.values import IMAGE_INTERPOLATIONS, is_int
 
 # ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / STD).
@@ -454,7 +454,7 @@ def export_huggingface(model, directory):
             classes can express (a square image and patch; for the ViT a
             class token, token pooling, no representation layer; the later
             families as backbones only).
-        directory: str or path-like, or a `keras_vit.utils.files.Destination`
+        directory: str or path-like, or a `keras_vit.writer.files.Destination`
             a command claimed. Created if needed; the three files replace
             the old ones in one step (a directory swap). Other files in it
             are kept; one of the three names holding a file keras_vit did

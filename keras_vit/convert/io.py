@@ -15,10 +15,10 @@ import struct
 
 import numpy as np
 
-from keras_vit.utils import atomic_write
+from keras_vit.writer.files import atomic_write
 from keras_vit.utils.checks import HDF5_MAGIC, ZIP_MAGIC
 from keras_vit.utils.errors import OptInRequired
-from keras_vit.utils.files import quote
+from keras_vit.writer.files import quote
 from keras_vit.utils.values import is_int
 
 # The file every checkpoint directory format (keras_vit, Hugging Face, timm, keras-hub) keeps its config in.

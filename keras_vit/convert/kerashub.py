@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_vit.convert.io import CONFIG_FILE, read_json_file
 from keras_vit.convert.model_map import build_model
-from keras_vit.utils.files import quote
+from keras_vit.writer.files import quote
 from keras_vit.utils.values import IMAGE_INTERPOLATIONS
 
 WEIGHTS_FILE = "model.weights.h5"

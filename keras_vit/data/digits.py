@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from keras_vit.utils import atomic_directory
+from keras_vit.writer.files import atomic_directory
 
 
 def load_digits_split(test_fraction=0.2, seed=0, pixel_range=255.0):

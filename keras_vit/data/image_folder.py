@@ -37,7 +37,7 @@ from keras_vit.data.augment import AugmentPolicy, random_resized_crop
 from keras_vit.data.images import DEFAULT_MAX_PIXELS, ImageFileError, as_transform, open_image, read_image
 from keras_vit.utils import to_pair
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import path_relation, quote
+from keras_vit.writer.files import path_relation, quote
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 

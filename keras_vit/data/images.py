@@ -33,7 +33,7 @@ import os
 
 import numpy as np
 
-from keras_vit.utils.files import quote
+from keras_vit.writer.files import quote
 from keras_vit.utils.values import ALPHA_RULES, check_choice
 from keras_vit.utils.image_resize import (  # noqa: F401
     EVAL_TRANSFORM,

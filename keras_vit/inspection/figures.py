@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from keras_vit.inspection.attention import upsample
-from keras_vit.utils.files import FILE, Destination, claim
+from keras_vit.writer.files import FILE, Destination, claim
 
 PLOT_EXTRA_HINT = "pip install matplotlib"
 
@@ -40,7 +40,7 @@ def save_figure(figure, path, name=None):
     Args:
         figure: `matplotlib.figure.Figure`.
         path: str or path-like, a `.png` file whose directory exists; or a
-            `keras_vit.utils.files.Destination` a command claimed, with the
+            `keras_vit.writer.files.Destination` a command claimed, with the
             `name` it claimed there.
         name: str or `None`. The file's name inside a claimed directory.
 

@@ -20,7 +20,7 @@ import numpy as np
 import keras
 
 from keras_vit.layers.transformer_block import TransformerBlock
-from keras_vit.utils import files
+from keras_vit.writer import files
 from keras_vit.utils.values import check_count, check_number
 
 RANK_KEY, ALPHA_KEY = "lora/rank", "lora/alpha"
@@ -167,7 +167,7 @@ class LowRankAdaptation:
 
         Args:
             path: str, path-like, or a `Destination` of
-                `keras_vit.utils.files`. The file is an `.npz` archive
+                `keras_vit.writer.files`. The file is an `.npz` archive
                 whatever its name; `"flowers.lora.npz"` says so.
 
         Raises:
@@ -176,7 +176,7 @@ class LowRankAdaptation:
         arrays = self.lora_weights()
         destination = path if isinstance(path, files.Destination) else files.claim(path, files.FILE)
         with destination.staged(suffix=".npz") as temporary:
-            files.write_arrays(temporary, arrays)
+            np.savez(temporary, **arrays)  # plain arrays, no pickles
 
     def load_lora_weights(self, path, kernels_merged=False):
         """Load LoRA factors written by `save_lora_weights`.

@@ -32,7 +32,7 @@ from keras_vit.convert.timm import timm_config_from_metadata
 from keras_vit.presets.keras_vit_format import (KERAS_VIT_FILES, check_preset_directory, load_preset_directory,
                                                 model_classes)
 from keras_vit.utils.checks import HDF5_MAGIC, check_keras_file
-from keras_vit.utils.files import quote
+from keras_vit.writer.files import quote
 
 # The weights file of a Hugging Face or timm hub directory (open_clip names its own).
 SAFETENSORS_NAMES = ("model.safetensors", "open_clip_model.safetensors")

@@ -25,7 +25,7 @@ from keras_vit.presets.kaggle import parse_kaggle_handle
 from keras_vit.presets.formats import READ_FORMATS, detect_config_format
 from keras_vit.presets.registry import PRESETS
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import killed_save_copies, quote
+from keras_vit.writer.files import killed_save_copies, quote
 
 
 def describe_handles():

@@ -27,11 +27,12 @@ import hashlib
 import os
 import re
 import socket
+import tempfile
 import time
 import urllib.parse
 import urllib.request
 
-from keras_vit.utils.files import make_directory, probe_writable, remove_damaged_download
+from keras_vit.writer.files import quote
 
 _CHUNK = 1 << 20
 # The hub's own repo-id rule (huggingface_hub.utils.validate_repo_id) for each of
@@ -271,11 +272,26 @@ def _translate_error(error, repo_id, filename, revision, offline=False):
 def _writable_problem(root):
     """`None` if files can be created under `root` (made if missing), else the OS's reason."""
     try:
-        make_directory(root)
-        probe_writable(root)
+        os.makedirs(root, exist_ok=True)
+        # `os.access` says yes to root on a read-only mount; a real (nameless) file settles it.
+        tempfile.TemporaryFile(dir=root).close()
     except OSError as error:
         return f"{type(error).__name__}: {error.strerror or error}"
     return None
+
+
+def _remove_damaged_download(path, cache_root):
+    """Delete a downloaded file (and the blob a link of the cache points to) whose checksum failed.
+
+    Only files inside `cache_root` (the download cache, which the hub
+    library owns) are removed; anything else is refused.
+    """
+    root = os.path.realpath(cache_root)
+    for stale in (path, os.path.realpath(path)):
+        if not os.path.realpath(os.path.dirname(os.path.abspath(stale))).startswith(root + os.sep):
+            raise ValueError(f"Refusing to remove {quote(stale)}: it is outside the download cache {quote(root)}.")
+        if os.path.lexists(stale) and not os.path.isdir(stale):
+            os.remove(stale)
 
 
 # === Fetch ===
@@ -371,7 +387,7 @@ def _check_sha256(path, expected, repo_id, filename, revision, root):
     # The cache names a large file's blob by the SHA-256 the hub announced: if that is
     # the expected one, the bytes were damaged on the way or on disk, so drop them.
     if os.path.basename(real) == expected.lower() and _inside(real, root):
-        remove_damaged_download(path, root)
+        _remove_damaged_download(path, root)
         cause = "the cached copy is damaged; it was removed from the cache. Try again"
     else:
         cause = ("the file on the hub is not the one keras_vit expects (the repository changed). "

@@ -33,7 +33,7 @@ from keras_vit.models.base import dtype_policy_from_config
 from keras_vit.models.masked_patch_predictor import TARGETS
 from keras_vit.models.vit_classifier import check_class_names
 from keras_vit.utils.checks import check_weights_file
-from keras_vit.utils.files import Destination, claim, quote, write_json_file, write_model_file
+from keras_vit.writer.files import Destination, claim, quote, write_json_file, write_model_file
 from keras_vit.utils.image_resize import image_transform
 from keras_vit.utils.values import (ALPHA_RULES, IMAGE_INTERPOLATIONS, RESIZE_MODES, check_choice, check_count,
                                     check_number, check_optional_count, check_positive_number, check_rate, is_int,
@@ -43,7 +43,7 @@ WEIGHTS_FILE = "model.weights.h5"
 METADATA_FILE = "metadata.json"
 FORMAT_VERSION = 1
 KERAS_VIT_FILES = (CONFIG_FILE, METADATA_FILE, WEIGHTS_FILE)
-# The kind recorded in a preset directory's ownership marker (keras_vit.utils.files).
+# The kind recorded in a preset directory's ownership marker (keras_vit.writer.files).
 PRESET_KIND = "preset"
 
 
@@ -327,7 +327,7 @@ def save_to_preset(model, directory, **metadata):
 
     Args:
         model: `ViTBackbone`, `ViTClassifier` or `MaskedPatchPredictor`.
-        directory: str, or the `keras_vit.utils.files.Destination` a command
+        directory: str, or the `keras_vit.writer.files.Destination` a command
             claimed at its start. Created if missing; an existing preset that
             keras_vit wrote is replaced. A directory holding anything else (a user's
             files, another model) is refused before anything is written.
@@ -382,7 +382,7 @@ def load_preset_directory(path, *, load_weights=True, where=None, **options):
     return load_keras_vit(path, load_weights, where or path)
 
 
-# A save replaces the whole directory in one step (utils/files.py), but a load reads its files one by one and
+# A save replaces the whole directory in one step (writer/files.py), but a load reads its files one by one and
 # may straddle a save: the config of one, the weights of the next. The directory's identity is read before and
 # after; where it changed, the load reads again, so it returns the old preset or the new one, whole. A writer
 # that saves without pause could keep a load reading again; past READ_PATIENCE seconds the load says so.

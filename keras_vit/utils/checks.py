@@ -15,7 +15,7 @@ import os
 import warnings
 import weakref
 
-from keras_vit.utils.files import quote
+from keras_vit.utils.errors import quote
 
 # The first bytes of the two containers Keras saves in: an HDF5 `.weights.h5` and a zip `.keras` archive.
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"

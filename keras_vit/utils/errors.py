@@ -8,7 +8,15 @@ line can re-spell the message with the flag, and it marks the error as the
 caller's input (the command line exits with 2 for it, not 1).
 """
 
+import os
+import shlex
+
 _NO_VALUE = object()
+
+
+def quote(path):
+    """`path` quoted for a message a user may paste into a shell."""
+    return shlex.quote(os.fspath(path))
 
 
 class ArgumentError(ValueError):

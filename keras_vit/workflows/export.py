@@ -31,7 +31,7 @@ from keras_vit.convert.class_names import names_of
 from keras_vit.convert.exported_transform import describe_transform
 from keras_vit.integrations import exported_graphs
 from keras_vit.integrations.onnx_ops import register_tf2onnx_rules
-from keras_vit.utils.files import Destination, claim, export_graph, write_json_file
+from keras_vit.writer.files import Destination, claim, write_json_file
 
 EXPORT_EXTRA = 'pip install "keras3-vit[export]"'
 # The record of what was exported (format, source, input), written beside the exported files.
@@ -112,7 +112,7 @@ def check_export_directory(path, argument="path", inputs=None):
     directory of the user's is never touched.
 
     Returns:
-        The `keras_vit.utils.files.Destination` to pass to `export_model`.
+        The `keras_vit.writer.files.Destination` to pass to `export_model`.
 
     Raises:
         keras_vit.utils.ArgumentError: naming the path, the files and the fix.
@@ -214,7 +214,7 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
     model(_sample_images(model, 1, 0), training=False)
     with destination.directory() as staging:
         target = staging if EXPORT_FORMATS[format][1] is None else os.path.join(staging, EXPORT_FORMATS[format][1])
-        export_graph(model, target, EXPORT_FORMATS[format][0])
+        model.export(target, format=EXPORT_FORMATS[format][0], verbose=False)
         document["file"] = EXPORT_FORMATS[format][1]
         if check:
             document.update(_check(model, staging, format, tolerance))

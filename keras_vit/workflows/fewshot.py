@@ -27,7 +27,7 @@ from keras_vit.data.image_folder import check_held_out, checked_class_indices, r
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.models import MaskedPatchPredictor, ViTBackbone, ViTClassifier
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import quote
+from keras_vit.writer.files import quote
 from keras_vit.workflows import notices
 
 BIAS_CONSTANT = 100.0

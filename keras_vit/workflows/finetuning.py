@@ -24,11 +24,11 @@ from keras_vit.presets import load_model
 from keras_vit.presets.handles import check_not_killed_save
 from keras_vit.presets.keras_vit_format import METADATA_FILE, PRESET_KIND, WEIGHTS_FILE
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.files import claim, errors_named, mark_directory, quote
+from keras_vit.writer.files import claim, quote
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.utils.values import check_count, check_optional_count, to_pair
 from keras_vit.workflows import notices, optimizers
-from keras_vit.workflows.resuming import BEST_DIR, RUN_KIND, claim_run, default_run_dir, finish_run
+from keras_vit.workflows.resuming import BEST_DIR, claim_run, default_run_dir, finish_run
 from keras_vit.workflows.training import check_training_arguments, run_training
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
@@ -945,11 +945,8 @@ def _best_in_run_dir(run, model, class_names):
 
     def save_best(epoch, best):
         engine = engines.current()
-        if engine.is_chief():
-            if not claimed:
-                claimed.append(claim(path, PRESET_KIND))
-            with errors_named(path):  # recorded before the swap, as the epoch backup is
-                mark_directory(run.path, RUN_KIND, [], coming=[BEST_DIR])
+        if engine.is_chief() and not claimed:  # best/ is keras_vit's by its own marker (the run's claim checked it)
+            claimed.append(claim(path, PRESET_KIND))
         engine.save_for_job(lambda target: model.save_to_preset(target, class_names=class_names, best=best),
                             claimed[0] if claimed else path)
 

@@ -18,10 +18,9 @@ def pretrain_predictor(
     weight_decay=0.05,
     seed=0,
     verbose=1,
-    run_dir=None,
+    run=None,
     settings=None,
     keep_backup=False,
-    run=None,
 ):
     """Compile and fit a `MaskedPatchPredictor` on unlabeled images.
 
@@ -40,14 +39,12 @@ def pretrain_predictor(
         weight_decay: float. Defaults to `0.05`.
         seed: int. Seeds Keras, numpy and the backend. Defaults to `0`.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
-        run_dir: str or `None`. Checkpoint every epoch here and resume from
-            it (see `keras_vit.workflows.training.run_training`). Defaults to `None`.
+        run: the run directory's claim (`claim_run(path)`): checkpoint
+            every epoch there and resume from it (see
+            `keras_vit.workflows.training.run_training`). Defaults to `None`.
         settings: dict. The run's settings, checked when resuming.
         keep_backup: bool. Keep the epoch backup for a caller that saves
-            the model afterwards and then calls `finish_run(run_dir)`.
-        run: the run directory's claim, made by the command at its start,
-            instead of `run_dir` (see `keras_vit.workflows.training.run_training`).
-            Defaults to `None`.
+            the model afterwards and then calls `finish_run(run)`.
 
     Returns:
         A dict with the last epoch's `loss` (and `accuracy` for class
@@ -61,8 +58,8 @@ def pretrain_predictor(
     if held_out is not None and not isinstance(held_out, keras.utils.PyDataset):
         held_out = ArrayBatches(held_out, None, batch_size=256, shuffle=False)
     optimizer = build_optimizer(learning_rate, weight_decay, total_steps=epochs * len(data))
-    fitted = run_training(predictor, data, optimizer, epochs, run_dir=run_dir, settings=settings,
-                          held_out=held_out, verbose=verbose, keep_backup=keep_backup, run=run)
+    fitted = run_training(predictor, data, optimizer, epochs, run=run, settings=settings,
+                          held_out=held_out, verbose=verbose, keep_backup=keep_backup)
     result = {name: float(values[-1]) for name, values in fitted["history"].history.items()}
     result.update(seconds=fitted["seconds"], history=fitted["history"], validation=fitted["held_out"],
                   initial_epoch=fitted["initial_epoch"])

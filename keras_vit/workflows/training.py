@@ -15,8 +15,8 @@ import numpy as np
 from keras_vit.data.image_folder import ArrayBatches, checked_class_indices
 from keras_vit.distribution import engines
 from keras_vit.presets.keras_vit_format import optimizer_set_aside
-from keras_vit.utils import files
-from keras_vit.utils.files import quote
+from keras_vit.writer import files
+from keras_vit.writer.files import quote
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.utils.values import check_count, check_number, check_positive_number
 from keras_vit.workflows import optimizers
@@ -52,13 +52,13 @@ def build_optimizer(learning_rate, weight_decay, total_steps, warmup_fraction=0.
     return optimizers.build_optimizer("adamw", learning_rate, total_steps, weight_decay, warmup_fraction)
 
 
-def run_training(model, data, optimizer, epochs, run_dir=None, settings=None, held_out=None,
-                 compile_arguments=None, validation_data=None, callbacks=(), verbose=1, keep_backup=False, run=None):
+def run_training(model, data, optimizer, epochs, run=None, settings=None, held_out=None,
+                 compile_arguments=None, validation_data=None, callbacks=(), verbose=1, keep_backup=False):
     """Compile, fit resumably and score held-out data: the run every training command makes.
 
     The caller has checked its arguments, seeded, made `data` and built
     `optimizer` for the run's updates; this compiles `model` with it, fits
-    for `epochs` with a checkpoint every epoch in `run_dir`
+    for `epochs` with a checkpoint every epoch in the run directory `run`
     (`keras_vit.workflows.resuming.fit_resumable`: a rerun resumes), times
     the fit, refuses a run whose loss became NaN or infinite (its backup
     keeps the last good epoch), and evaluates `held_out` with the job's engine
@@ -71,8 +71,10 @@ def run_training(model, data, optimizer, epochs, run_dir=None, settings=None, he
         optimizer: a `keras.optimizers.Optimizer`, e.g. from
             `keras_vit.workflows.optimizers.build_optimizer`.
         epochs: int. Total epochs of the run.
-        run_dir: str or `None`. Checkpoint every epoch here and resume from
-            it; `None` trains without checkpoints. Defaults to `None`.
+        run: the run directory's claim, made by the command at its start
+            (`keras_vit.workflows.resuming.claim_run(path)`): checkpoint
+            every epoch there and resume from it; `None` trains without
+            checkpoints. Defaults to `None`.
         settings: dict. The run's settings, checked when resuming.
         held_out: a `keras.utils.PyDataset` or `None`. Scored once after
             training. Defaults to `None`.
@@ -84,10 +86,7 @@ def run_training(model, data, optimizer, epochs, run_dir=None, settings=None, he
         verbose: int. Keras progress-bar mode. Defaults to `1`.
         keep_backup: bool. Keep the epoch backup for a caller that saves
             the model afterwards and then calls
-            `keras_vit.workflows.resuming.finish_run(run_dir)`.
-        run: the run directory's `Destination`, claimed by the command at
-            its start (`keras_vit.workflows.resuming.claim_run`), instead
-            of `run_dir`: handed down, not claimed again. Defaults to `None`.
+            `keras_vit.workflows.resuming.finish_run(run)`.
 
     Raises:
         ValueError: the loss became NaN or infinite (`TerminateOnNaN`
@@ -101,8 +100,8 @@ def run_training(model, data, optimizer, epochs, run_dir=None, settings=None, he
     model.compile(optimizer=optimizer, **(compile_arguments or {}))
     start = time.perf_counter()
     history, initial_epoch = fit_resumable(
-        model, data, epochs, run_dir=run_dir, settings=settings, validation_data=validation_data,
-        callbacks=callbacks, verbose=verbose, keep_backup=keep_backup, run=run,
+        model, data, epochs, run=run, settings=settings, validation_data=validation_data,
+        callbacks=callbacks, verbose=verbose, keep_backup=keep_backup,
     )
     seconds = time.perf_counter() - start
     losses = history.history.get("loss", [])
@@ -110,7 +109,7 @@ def run_training(model, data, optimizer, epochs, run_dir=None, settings=None, he
         raise ValueError(
             f"Training stopped: the loss became NaN or infinite in epoch {initial_epoch + len(losses)}. Lower "
             "the learning rate (--learning-rate) and run again; the last good checkpoint is kept in "
-            f"{quote(run_dir or run.given) if run_dir or run else 'no run directory'}."
+            f"{quote(run.given) if run is not None else 'no run directory'}."
         )
     scores = None
     if held_out is not None:
@@ -128,10 +127,9 @@ def train_classifier(
     weight_decay=0.3,
     seed=0,
     verbose=1,
-    run_dir=None,
+    run=None,
     settings=None,
     keep_backup=False,
-    run=None,
 ):
     """Compile and fit a `ViTClassifier`, then score it on held-out data.
 
@@ -148,13 +146,12 @@ def train_classifier(
             to `0.3`.
         seed: int. Seeds Keras, numpy and the backend. Defaults to `0`.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
-        run_dir: str or `None`. Checkpoint every epoch here and resume from
-            it (see `run_training`). Defaults to `None`.
+        run: the run directory's claim (`claim_run(path)`): checkpoint
+            every epoch there and resume from it (see `run_training`).
+            Defaults to `None`.
         settings: dict. The run's settings, checked when resuming.
         keep_backup: bool. Keep the epoch backup for a caller that saves
-            the model afterwards and then calls `finish_run(run_dir)`.
-        run: the run directory's claim, made by the command at its start,
-            instead of `run_dir` (see `run_training`). Defaults to `None`.
+            the model afterwards and then calls `finish_run(run)`.
 
     Returns:
         A dict with `accuracy` (held-out), `loss`, `seconds` (wall time of
@@ -168,8 +165,8 @@ def train_classifier(
     test_labels = checked_class_indices(test_data[1], model.num_classes)
     test = ArrayBatches(test_data[0], test_labels, batch_size=256, shuffle=False)
     optimizer = build_optimizer(learning_rate, weight_decay, total_steps=epochs * len(train))
-    result = run_training(model, train, optimizer, epochs, run_dir=run_dir, settings=settings, held_out=test,
-                          verbose=verbose, keep_backup=keep_backup, run=run)
+    result = run_training(model, train, optimizer, epochs, run=run, settings=settings, held_out=test,
+                          verbose=verbose, keep_backup=keep_backup)
     return {"accuracy": result["held_out"]["accuracy"], "loss": result["held_out"]["loss"],
             "seconds": result["seconds"], "history": result["history"], "initial_epoch": result["initial_epoch"]}
 
@@ -181,7 +178,7 @@ def save_model(model, path):
     the optimizer it was trained with, which would triple the size of an
     AdamW-trained model; the run directory's checkpoint keeps that state to
     resume. `path` is a path or a destination a command claimed
-    (`keras_vit.utils.files.claim`); a kill leaves the old file or the new
+    (`keras_vit.writer.files.claim`); a kill leaves the old file or the new
     one. In a job of several processes only process 0 writes (the others
     take part in a collective save and discard it).
     """

@@ -15,7 +15,7 @@ import pytest
 from keras_vit import ViTBackbone, ViTClassifier
 from keras_vit.convert import export_huggingface
 from keras_vit.convert.huggingface import HUGGINGFACE_FILES
-from keras_vit.utils.ownership import MARKER
+from keras_vit.writer.ownership import MARKER
 from tests.package_source import ROOT
 
 hub_utils = pytest.importorskip("huggingface_hub.utils")

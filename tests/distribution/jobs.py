@@ -144,9 +144,9 @@ def finish(children, timeout=TIMEOUT):
 
 
 def epochs_done(run_dir):
-    """Epochs in the run directory's epoch backup (0 without one, or while it is being replaced)."""
+    """Epochs in the run directory's epoch backup, as its pointer names them (0 without one)."""
     try:
-        with open(os.path.join(run_dir, "backup", "state.json")) as file:
+        with open(os.path.join(run_dir, "backup.json")) as file:
             return json.load(file)["epoch"]
     except (OSError, ValueError, KeyError):
         return 0

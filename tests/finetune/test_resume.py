@@ -49,7 +49,7 @@ def test_killed_finetune_resumes_to_the_uninterrupted_weights(tmp_path):
 
     killed = str(tmp_path / "killed")
     process = _run([data, preset, killed, str(EPOCHS), held_out], {"SLOW_EPOCHS": "2"}, wait=False)
-    state = os.path.join(killed + ".run", "backup", "state.json")
+    state = os.path.join(killed + ".run", "backup.json")  # the pointer: its epoch is the last whole slot's
     deadline = time.time() + 300
     epochs_done = 0
     while time.time() < deadline and process.poll() is None:
@@ -57,7 +57,7 @@ def test_killed_finetune_resumes_to_the_uninterrupted_weights(tmp_path):
             try:
                 with open(state) as file:
                     epochs_done = json.load(file)["epoch"]
-            except (OSError, ValueError):  # the directory is being swapped
+            except (OSError, ValueError):  # not written yet
                 epochs_done = 0
             if epochs_done >= 1:
                 break
@@ -74,8 +74,8 @@ def test_killed_finetune_resumes_to_the_uninterrupted_weights(tmp_path):
     resumed_from = int(out.split("initial_epoch ")[1].split()[0])
     epochs_run = int(out.split("epochs_run ")[1].split()[0])
     assert resumed_from >= 1 and resumed_from + epochs_run == EPOCHS
-    for name in ("backup", "best"):
-        assert not os.path.exists(os.path.join(killed + ".run", name)), f"{name}/ is removed after the run"
+    for name in ("backup.a", "backup.b", "backup.json", "best"):
+        assert not os.path.exists(os.path.join(killed + ".run", name)), f"{name} is removed after the run"
     with open(os.path.join(killed + ".run", "log.csv")) as file:
         rows = file.read().splitlines()
     assert [int(row.split(",")[0]) for row in rows[1:]] == list(range(EPOCHS))

@@ -278,7 +278,7 @@ def _canonical_json(data, name):
         if name == ".keras_vit.json" and isinstance(value.get("entries"), dict):
             # Digests of files whose bytes differ between two saves of one model (dates): the names and
             # what kind of record each has are what a whole marker is.
-            value["entries"] = {key: item if item in (None, "marked-directory") else "digest"
+            value["entries"] = {key: None if item is None else "digest"
                                 for key, item in value["entries"].items()}
     return value
 
@@ -372,13 +372,16 @@ class Writer:
         no_exchange: bool. The system has no `renameat2` exchange (EINVAL): the fallback of two renames.
         backend: str or `None`. The only backend the writer runs on here (a driver of that backend runs it).
         graphs: outputs that are exported graphs, compared by what they compute (see `snapshot`).
+        owned: relative paths that are the writer's but not compared whole (a run's backup slot that its
+            pointer does not name, written before the pointer names it).
         read: `read(root, models)` or `None`. keras_vit's next access of the output (a load), run in a child
             when the state a fault left is not whole; "whole" is then judged after it (see the module's (a)).
     """
 
     def __init__(self, name, outputs, prepare, write, user_inside=(), cli=False, path=None, no_exchange=False,
-                 backend=None, graphs=(), read=None):
+                 backend=None, graphs=(), read=None, owned=()):
         self.name, self.outputs, self.prepare, self.write = name, list(outputs), prepare, write
+        self.owned = tuple(owned)
         self.read = read
         self.backend, self.graphs = backend, tuple(graphs)
         self.user_inside = tuple(user_inside)
@@ -444,7 +447,7 @@ def _figure(seed):
 def writers():
     """Every writer of the package, each with its sandbox."""
     from keras_vit.convert import export_huggingface, export_timm
-    from keras_vit.utils import files
+    from keras_vit.writer import files
 
     def at(root, *parts):
         return os.path.join(root, *parts)
@@ -535,18 +538,16 @@ def writers():
 
         export_model(models["new"], at(root, "out", "graph"), format="saved_model", check=False)
 
-    # --- the epoch backup of a run directory ---
+    # --- the epoch backup of a run directory: two slots and the pointer ---
+    # Two epochs before: both slots written, the pointer naming the second; the write rewrites the first slot
+    # (its old files removed, the new one renamed in) and then the pointer.
     def backup_prepare(root, models):
-        from keras_vit.workflows import resuming
-
-        run = at(root, "run")
-        os.makedirs(run)
-        files.mark_directory(run, resuming.RUN_KIND, [])
-        _backup(models["old"], run)
-        _user_files(root, "run/backup/NOTES.md", "run/notes.txt")
+        _backup(models["old"], at(root, "run"), 0)
+        _backup(models["old"], at(root, "run"), 1)
+        _user_files(root, "run/notes.txt")
 
     def backup_write(root, models):
-        _backup(models["new"], at(root, "run"))
+        _backup(models["new"], at(root, "run"), 2)
 
     # --- the LoRA file ---
     def lora_prepare(root, models):
@@ -595,8 +596,8 @@ def writers():
         Writer("timm", ["out/model.safetensors"], timm_prepare, timm_write),
         Writer("export-saved_model", ["out/graph"], export_prepare, export_write, backend="tensorflow",
                graphs=["out/graph"]),
-        Writer("epoch-backup", ["run/backup", "run/.keras_vit.json"], backup_prepare, backup_write,
-               user_inside=("run/backup/NOTES.md",), path="run/backup"),
+        Writer("epoch-backup", ["run/backup.json", "run/.keras_vit.json"], backup_prepare, backup_write,
+               path="run", owned=("run/backup.a", "run/backup.b")),
         Writer("lora", ["out/adapter.lora.npz"], lora_prepare, lora_write),
         Writer("figure", ["out/attention.png"], figure_prepare, figure_write),
         Writer("figures-dir", ["figs/a.png", "figs/b.png", "figs/.keras_vit.json"], figures_prepare,
@@ -663,17 +664,23 @@ def _cli(argv):
     return cli.main(argv)
 
 
-def _backup(model, run):
+def _backup(model, run, epoch):
+    """The backup of epoch `epoch` (0-based) of `model` in run directory `run`.
+
+    The slot of epoch n is the n-th in turn (a run that resumes rewrites the slot the pointer does not name,
+    so the turns hold across a kill): the same write whatever a fault left, as the harness's rerun needs.
+    """
     from keras_vit.workflows import resuming
 
-    checkpoint = resuming.EpochCheckpoint(os.path.join(run, resuming.BACKUP_DIR), {"seed": 1})
+    checkpoint = resuming.EpochCheckpoint(resuming.claim_run(run), {"seed": 1})
+    checkpoint.slot = resuming.SLOTS[(epoch - 1) % 2] if epoch else None  # as restoring epoch `epoch` sets it
     checkpoint.set_model(model)
-    checkpoint.on_epoch_end(0, {"loss": 1.0})
+    checkpoint.on_epoch_end(epoch, {"loss": 1.0})
 
 
 def _figures(directory, seed):
     from keras_vit.inspection.figures import save_figure
-    from keras_vit.utils import files
+    from keras_vit.writer import files
 
     destination = files.claim(directory, "figures", names=["a.png", "b.png"])
     save_figure(_figure(seed), destination, "a.png")
@@ -909,7 +916,7 @@ class WriterRun:
 
     def _untouched(self, state, when, allow_staging):
         problems = []
-        outputs = self.writer.outputs
+        outputs = [*self.writer.outputs, *self.writer.owned]
         for key, value in self.old.items():
             ours = any(_under(key, output) for output in outputs) and key not in self.writer.user_inside
             if ours or is_staging(key):

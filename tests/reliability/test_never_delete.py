@@ -87,12 +87,12 @@ def test_finetune_output_that_contains_the_data_is_refused(tmp_path, capsys):
 def test_a_run_directory_of_the_users_is_refused(tmp_path, capsys):
     data = write_folder(str(tmp_path / "photos"), classes=2, per_class=3)
     docs = tmp_path / "mydocs"
-    mine = user_tree(docs, {"backup/thesis.tex": "\\chapter{One}", "log.csv": "date,amount\n1,2\n"})
+    mine = user_tree(docs, {"backup.a/thesis.tex": "\\chapter{One}", "log.csv": "date,amount\n1,2\n"})
     code, err = run_cli(["finetune", data, "--variant", "ViT-Ti/16", "--epochs", "1", "--run-dir", docs], capsys)
     assert code == 2
-    assert f"--run-dir {docs} already holds backup, log.csv, which keras_vit did not write" in err
+    assert f"--run-dir {docs} already holds log.csv, which keras_vit did not write" in err
     assert_untouched(docs, mine)
-    assert sorted(os.listdir(docs)) == ["backup", "log.csv"]
+    assert sorted(os.listdir(docs)) == ["backup.a", "log.csv"]
 
 
 @one_backend
@@ -139,7 +139,7 @@ def test_save_to_preset_never_replaces_a_users_directory(tmp_path):
 KILLED_SAVE = textwrap.dedent("""
     import os, sys
     import keras, keras_vit
-    from keras_vit.utils import files
+    from keras_vit.writer import files
 
     path, point = sys.argv[1], sys.argv[2]
     keras.utils.set_random_seed(1)
@@ -225,13 +225,13 @@ def test_a_kill_after_the_last_epoch_resumes_with_every_epoch_done(where, tmp_pa
     child = subprocess.run([sys.executable, str(script), data, source, output, where], capture_output=True,
                            text=True, timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
     assert child.returncode == 9, child.stderr[-3000:]
-    assert os.path.isdir(output + ".run/backup") and not os.path.exists(output)
+    assert os.path.isfile(output + ".run/backup.json") and not os.path.exists(output)
 
     result = keras_vit.finetune(data, preset=source, epochs=2, batch_size=4, recipe="adamw", output=output,
                                 verbose=0, workers=1)
     assert result["initial_epoch"] == 2 and not result["history"].history.get("loss")  # nothing trained again
     assert keras_vit.ViTClassifier.from_preset(output).class_names == ["class_0", "class_1"]
-    assert not os.path.exists(output + ".run/backup")  # removed once the output is written
+    assert not os.path.exists(output + ".run/backup.json")  # removed once the output is written
     assert os.path.exists(output + ".run/log.csv")
 
 

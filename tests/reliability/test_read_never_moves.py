@@ -31,7 +31,7 @@ def ended_pid():
 
 
 def retired_name(base, pid, tag=None):
-    from keras_vit.utils.ownership import _host_tag
+    from keras_vit.writer.ownership import _host_tag
 
     return f".{base}.keras_vit-{tag or _host_tag()}-{pid}-0123abcd.old"
 
@@ -199,7 +199,7 @@ def test_finetune_from_a_killed_save_is_refused_before_training(flags, tmp_path,
 @one_backend
 def test_the_host_tag_includes_the_pid_namespace(monkeypatch):
     # main: the tag was the hostname's alone: two containers sharing a hostname shared it.
-    from keras_vit.utils import ownership
+    from keras_vit.writer import ownership
 
     mine = ownership._host_tag()
     monkeypatch.setattr(ownership, "_pid_namespace", lambda: "another", raising=False)
@@ -209,7 +209,7 @@ def test_the_host_tag_includes_the_pid_namespace(monkeypatch):
 @one_backend
 def test_a_save_leaves_another_pid_namespaces_staging_alone(tmp_path, monkeypatch):
     # main: a save removed the live staging of a save in another PID namespace (its PID is not alive here).
-    from keras_vit.utils import ownership
+    from keras_vit.writer import ownership
 
     monkeypatch.setattr(ownership, "_pid_namespace", lambda: "another container", raising=False)
     theirs = tmp_path / f".p.keras_vit-{ownership._host_tag()}-{ended_pid()}-0123abcd.incoming"
@@ -228,7 +228,7 @@ def test_an_upload_leaves_another_pid_namespaces_copy_alone(tmp_path, monkeypatc
     # main: an upload removed the private copy of a live upload in another PID namespace sharing TMPDIR.
     import tempfile
 
-    from keras_vit.utils import ownership, uploads
+    from keras_vit.writer import ownership, uploads
 
     monkeypatch.setattr(ownership, "_pid_namespace", lambda: "another container", raising=False)
     theirs = tmp_path / f".keras_vit-upload.keras_vit-{ownership._host_tag()}-{ended_pid()}-0123abcd.tmp"

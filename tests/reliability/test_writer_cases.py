@@ -80,7 +80,7 @@ def _alias(kind, real, alias):
 @one_backend
 def test_relation_of_paths_is_by_identity_over_drawn_aliases(tmp_path):
     # main: through a bind mount, `path_relation` saw two unrelated paths wherever one side was the alias.
-    from keras_vit.utils.files import path_relation
+    from keras_vit.writer.files import path_relation
 
     real = tmp_path / "real"
     nodes = ["", "a", "a/b", "a/b/c", "a/d", "e", "e/f"]
@@ -284,7 +284,7 @@ def test_a_kill_inside_the_first_marker_write_is_cleaned_not_adopted(tmp_path):
 
 _KILL_BETWEEN_RENAMES = """
     import os
-    from keras_vit.utils import files
+    from keras_vit.writer import files
     from tests.reliability.helpers import tiny_classifier
     path = {path!r}
     files.exchange_paths = lambda first, second: False  # a file system without an atomic exchange
@@ -332,7 +332,7 @@ def test_a_kill_between_the_two_renames_is_named_by_the_next_load_with_the_mv_th
 def test_a_load_never_touches_the_old_copy_of_a_save_in_progress(tmp_path):
     # A live process's `.old` is a save between its two renames right now: it puts the new preset in place
     # itself. A load says the path is missing and leaves the copy alone.
-    from keras_vit.utils.ownership import _host_tag
+    from keras_vit.writer.ownership import _host_tag
 
     preset = tmp_path / "p"
     tiny_classifier().save_to_preset(preset)
@@ -430,7 +430,7 @@ def test_a_command_claims_its_output_once_before_the_work_and_the_save_writes_th
     # training (three modules); quantize claimed the preset twice.
     import keras_vit.commands.quantize
     import keras_vit.workflows.finetuning
-    from keras_vit.utils import files
+    from keras_vit.writer import files
 
     events = []
     made = files.Destination.__init__

@@ -2,7 +2,7 @@
 
 Each case is one that lost a user's work, leaked a file or failed on
 2026-11-25's main (the failure is named in the test); the writer is
-`keras_vit.utils.files`.
+`keras_vit.writer.files`.
 """
 
 import os
@@ -276,23 +276,26 @@ def test_a_model_card_the_user_edited_survives_the_next_save(tmp_path, monkeypat
 
 
 @one_backend
-def test_a_users_file_in_the_epoch_backup_survives_the_cleanup(tmp_path):
-    # main: finish_run removed backup/ with everything in it.
+def test_a_users_file_in_an_epoch_backup_slot_is_refused_and_kept(tmp_path):
+    # Before issue 50: the user's file in backup/ was carried into every new backup (hard links), and
+    # finish_run left backup/ with it; now a slot holds only keras_vit's files and the run refuses to start.
     from keras_vit.data.image_folder import ArrayBatches
-    from keras_vit.workflows.resuming import finish_run, fit_resumable
+    from keras_vit.utils.errors import ArgumentError
+    from keras_vit.workflows.resuming import SLOTS, claim_run, finish_run, fit_resumable
 
     keras.utils.set_random_seed(0)
     model = tiny_classifier()
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
     data = ArrayBatches(np.zeros((4, 8, 8, 3), "float32"), np.array([0, 1, 2, 0]), 2, seed=0)
     run_dir = tmp_path / "out.run"
-    fit_resumable(model, data, 1, run_dir=str(run_dir), verbose=0, keep_backup=True)
-    (run_dir / "backup" / "notes.txt").write_text("why epoch 1 looked odd")
-    fit_resumable(model, data, 2, run_dir=str(run_dir), verbose=0, keep_backup=True)  # resumes, swaps backup/
-    finish_run(str(run_dir))
-    assert (run_dir / "backup" / "notes.txt").read_text() == "why epoch 1 looked odd"
-    # The marker stays with the user's file, so a later run still knows backup/ as its own.
-    assert sorted(os.listdir(run_dir / "backup")) == [".keras_vit.json", "notes.txt"]
+    fit_resumable(model, data, 1, run=claim_run(str(run_dir)), verbose=0, keep_backup=True)
+    (run_dir / SLOTS[0] / "notes.txt").write_text("why epoch 1 looked odd")
+    with pytest.raises(ArgumentError, match=f"{SLOTS[0]} holds files keras_vit did not write there \\(notes.txt\\)"):
+        claim_run(str(run_dir))
+    assert (run_dir / SLOTS[0] / "notes.txt").read_text() == "why epoch 1 looked odd"
+    (run_dir / SLOTS[0] / "notes.txt").unlink()  # moved away, as the message asks: the run is ours again
+    finish_run(claim_run(str(run_dir)))
+    assert sorted(os.listdir(run_dir)) == [".keras_vit.json", "log.csv"]
 
 
 # === Links out of a directory ===

@@ -5,7 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from keras_vit.utils import atomic_directory, atomic_write, check_writable, per_channel, to_pair
+from keras_vit.utils import per_channel, to_pair
+from keras_vit.writer.files import atomic_directory, atomic_write, check_writable
 
 
 @pytest.mark.parametrize(

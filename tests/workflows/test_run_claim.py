@@ -15,7 +15,7 @@ import sys
 import keras
 import pytest
 
-from keras_vit.utils import files
+from keras_vit.writer import files
 from keras_vit.workflows import resuming
 from tests.finetune.helpers import tiny_backbone_file, write_folder
 from tests.reliability.helpers import run_cli
@@ -82,7 +82,7 @@ def _recorded_checks(argv, capsys, monkeypatch, checks, writers_own, until_fit):
         def recording(path, *args, **kwargs):
             frame = sys._getframe(1)
             if writers_own:
-                ours = frame.f_globals.get("__name__") in ("keras_vit.utils.files", "keras_vit.utils.ownership")
+                ours = frame.f_globals.get("__name__") in ("keras_vit.writer.files", "keras_vit.writer.ownership")
             else:
                 ours = isinstance(frame.f_locals.get("self"), files.Destination)
             if path is not None:
@@ -125,7 +125,7 @@ def test_a_command_claims_its_run_directory_once_against_its_inputs(command, exp
     argv, run_dir, data = _argv(command, tmp_path, explicit_run_dir)
     if resumed:
         _killed_after_one_epoch(argv, capsys, monkeypatch)
-        assert os.path.isdir(os.path.join(run_dir, resuming.BACKUP_DIR))
+        assert os.path.isfile(os.path.join(run_dir, resuming.POINTER_FILE))
     events = _recorded_checks(argv, capsys, monkeypatch, ("check_writable_names", "check_not_nested"),
                               writers_own=False, until_fit=True)
     assert events[-1][0] == "fit", events
@@ -139,7 +139,7 @@ def test_a_command_claims_its_run_directory_once_against_its_inputs(command, exp
     checked_elsewhere = [event for event in of_run if event[0] != "claim" and event[2] != "claim"]
     assert not checked_elsewhere, f"{command}: the run directory was checked outside its claim: {checked_elsewhere}"
     if resumed:  # the rerun resumed, through the same claim
-        assert os.path.isdir(os.path.join(run_dir, resuming.BACKUP_DIR))
+        assert os.path.isfile(os.path.join(run_dir, resuming.POINTER_FILE))
 
 
 # finetune's output: tests/reliability/test_writer_cases.py::test_a_command_claims_its_output_once_...

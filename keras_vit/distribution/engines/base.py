@@ -32,7 +32,7 @@ import copy
 import os
 
 from keras_vit.distribution.engines import joining
-from keras_vit.utils import files
+from keras_vit.writer import files
 
 
 class Engine:

@@ -1,6 +1,6 @@
 """What keras_vit may write, decided before any work: ownership, identity, private names, names and places.
 
-The writer's read-only half (`keras_vit.utils.files` writes):
+The writer's read-only half (`keras_vit.writer.files` writes):
 
 - **Ownership by content.** A directory keras_vit writes carries a marker,
   `.keras_vit.json`, naming its kind and each entry keras_vit wrote with the
@@ -26,19 +26,16 @@ import json
 import os
 import re
 import secrets
-import shlex
 import socket
 import stat
 
-from keras_vit.utils.errors import ArgumentError
+from keras_vit.utils.errors import ArgumentError, quote  # noqa: F401 (the writer's messages)
 
 MARKER = ".keras_vit.json"
 # Directory kinds whose replacement keeps the user's plain files in them (hard links in the new directory;
 # a user's directory there is refused); the others refuse a directory that holds anything keras_vit did not
 # write there.
-KEEPS_USERS_FILES = ("huggingface", "checkpoint")
-# The marker's value for an entry that is a directory with a marker of its own (a run's `backup/`).
-MARKED_DIRECTORY = "marked-directory"
+KEEPS_USERS_FILES = ("huggingface",)
 CHUNK = 1 << 20  # bytes read at a time
 # The failures of a write that name their cause and fix for the user: a full disk (or quota), and a refusal.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -70,7 +67,7 @@ _PRIVATE = re.compile(r"^\.(?P<base>.+)\.keras_vit-(?P<host>[0-9a-f]{8})-(?P<pid
                       r"(?P<role>incoming|old|tmp)(?:\..*)?$")
 
 
-def _private_name(base, role, suffix=""):
+def private_name(base, role, suffix=""):
     """`.BASE.keras_vit-HOST-PID-RANDOM.ROLE[SUFFIX]`: a name no user picks and no other process shares."""
     return f".{base}.keras_vit-{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.{role}{suffix}"
 
@@ -85,7 +82,7 @@ def _process_alive(pid):
     return True
 
 
-def _abandoned(name, base):
+def abandoned_copy(name, base):
     """True if `name` is a private name of ours for `base` whose process, on this host, has ended."""
     match = _PRIVATE.match(name)
     if match is None or match["base"] != base or match["host"] != _host_tag():
@@ -94,7 +91,7 @@ def _abandoned(name, base):
     return pid != os.getpid() and not _process_alive(pid)
 
 
-def _abandoned_private(name):
+def abandoned_private(name):
     """True if `name` is any private name of ours (staging, retired, temporary) whose process, here, has ended.
 
     Such an entry is keras_vit's, never the user's, wherever it is found
@@ -155,7 +152,7 @@ def read_marker(directory):
     return marker.get("kind"), entries
 
 
-def _owns(directory, name, entries):
+def owns(directory, name, entries):
     """True if `directory/name` holds what keras_vit recorded writing there."""
     if name not in entries:
         return False
@@ -163,8 +160,6 @@ def _owns(directory, name, entries):
     recorded = entries[name]
     if recorded is None:  # an old marker's name without a digest: nothing proves the content is ours
         return False
-    if recorded == MARKED_DIRECTORY:
-        return os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None
     # A list: a file being replaced, recorded before it is put in place (its old content or its new one).
     accepted = recorded if isinstance(recorded, list) else [recorded]
     try:
@@ -179,11 +174,11 @@ def foreign_entries(directory, kind):
     An entry we wrote whose content changed since (an edited model card) is
     the user's, and is listed.
     """
-    names = {name for name in os.listdir(directory) if name != MARKER and not _abandoned_private(name)}
+    names = {name for name in os.listdir(directory) if name != MARKER and not abandoned_private(name)}
     marked_kind, entries = read_marker(directory)
     if marked_kind != kind:
         return sorted(names)
-    return sorted(name for name in names if not _owns(directory, name, entries))
+    return sorted(name for name in names if not owns(directory, name, entries))
 
 
 # === Checks made before any work ===
@@ -369,7 +364,7 @@ def check_writable_names(directory, names, kind, argument=None):
         check_regular(os.path.join(directory, name), argument)
     marked_kind, entries = read_marker(directory)
     taken = sorted(name for name in names if os.path.lexists(os.path.join(directory, name))
-                   and not (marked_kind == kind and _owns(directory, name, entries)))
+                   and not (marked_kind == kind and owns(directory, name, entries)))
     if taken:
         raise ArgumentError(
             f"{{name}} {quote(directory)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
@@ -455,14 +450,9 @@ def check_name_length(path, argument=None, shown=None):
             "written under a longer private name beside it). Choose a shorter name.", argument)
 
 
-def _check_parent(path, argument):
+def check_parent_writable(path, argument):
     parent = os.path.dirname(path)
     while parent and not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if parent and not os.access(parent, os.W_OK):
         raise ArgumentError(f"Cannot create {{name}} {quote(path)}: {quote(parent)} is not writable.", argument)
-
-
-def quote(path):
-    """`path` quoted for a message a user may paste into a shell."""
-    return shlex.quote(os.fspath(path))

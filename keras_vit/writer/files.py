@@ -8,7 +8,7 @@ each output, naming its inputs:
     save_model(model, destination)
 
 and the claim refuses, before any work, what would lose a user's file or
-fail after the work (`keras_vit.utils.ownership` decides, reading only): an
+fail after the work (`keras_vit.writer.ownership` decides, reading only): an
 output that is, contains or lies inside an input, by identity; a directory
 holding files keras_vit cannot prove it wrote; anything but a regular file or
 a directory; a mount point; a name too long for its private staging name.
@@ -18,14 +18,14 @@ The claim is made once, by the command, and handed down to the save.
 beside it and exchanged with the old one by Linux's
 `renameat2(RENAME_EXCHANGE)`, so a kill at any instruction leaves the old or
 the new directory at the path, never a mix. Where a kind keeps the user's
-files (a Hugging Face directory beside a user's README, a checkpoint with a
-user's notes), those plain files are carried into the new directory as hard
-links before the exchange (the same file, never a copy); a directory of the
-user's there is refused by name before any work, never copied or moved.
-Where no exchange exists, the old directory is moved aside first; a process
-that dies before the new one is in place leaves no directory at the path:
-the next save of it moves the old one back first, and a load, which never
-renames, names the old copy and the `mv` that restores it.
+files (a Hugging Face directory beside a user's README), those plain files
+are carried into the new directory as hard links before the exchange (the
+same file, never a copy); a directory of the user's there is refused by name
+before any work, never copied or moved. Where no exchange exists, the old
+directory is moved aside first; a process that dies before the new one is in
+place leaves no directory at the path: the next save of it moves the old one
+back first, and a load, which never renames, names the old copy and the `mv`
+that restores it.
 
 **Staging is private and cleaned only when provably abandoned.** Staging,
 retired and temporary names are `.NAME.keras_vit-HOST-PID-RANDOM.ROLE`:
@@ -35,7 +35,7 @@ content that keras_vit wrote) when its host is this one and its process is
 no longer alive, and only by a save of the same path, never by a load.
 
 Reading a directory for upload (links refused, never followed) is
-`keras_vit.utils.uploads`.
+`keras_vit.writer.uploads`.
 
 **Modes follow the umask**: new files get `0o666 & ~umask`, directories
 `0o777 & ~umask`; a replaced file or directory keeps its mode.
@@ -62,30 +62,29 @@ import tempfile
 import warnings
 
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.utils.ownership import (  # noqa: F401  (public names of the writer, importable from here)
+from keras_vit.writer.ownership import (  # noqa: F401  (public names of the writer, importable from here)
     CHUNK,
     KEEPS_USERS_FILES,
-    MARKED_DIRECTORY,
     MARKER,
-    NO_SPACE,
     NOT_ALLOWED,
+    NO_SPACE,
     OUTPUT_FILE_FORMATS,
-    _abandoned,
-    _abandoned_private,
-    _check_parent,
-    _owns,
-    _private_name,
+    abandoned_copy,
+    abandoned_private,
     check_name_length,
-    check_not_nested,
-    check_regular,
     check_no_users_directories,
+    check_not_nested,
+    check_parent_writable,
+    check_regular,
     check_replaceable,
     check_writable,
     check_writable_names,
     digest_of,
     foreign_entries,
     output_format,
+    owns,
     path_relation,
+    private_name,
     quote,
     read_marker,
 )
@@ -119,7 +118,7 @@ def _new_file_mode(path=None):
     return 0o666 & ~_umask()
 
 
-def mark_directory(directory, kind, names, coming=()):
+def mark_directory(directory, kind, names):
     """Record that keras_vit wrote `names` (inside `directory`) as a `kind` directory, with their digests.
 
     Entries recorded before for the same kind are kept.
@@ -127,23 +126,13 @@ def mark_directory(directory, kind, names, coming=()):
     Args:
         directory: str. The directory whose marker is written.
         kind: str. What keras_vit keeps there (e.g. `"run"`).
-        names: iterable of str. Entries written: recorded by digest (a file)
-            or as a marked directory.
-        coming: iterable of str. Directories about to be swapped in, recorded
-            *before* the swap: a kill between the swap and a record made
-            after it would leave keras_vit's own directory unrecorded, and
-            the next run would refuse it as the user's. Such an entry is ours
-            only while it is a directory carrying a keras_vit marker.
+        names: iterable of str. Entries written, each recorded by its digest.
     """
     previous_kind, entries = read_marker(directory)
     entries = dict(entries) if previous_kind == kind else {}
-    for name in coming:
-        entries[name] = MARKED_DIRECTORY
     for name in names:
         path = os.path.join(directory, name)
-        if os.path.isdir(path) and not os.path.islink(path) and read_marker(path)[0] is not None:
-            entries[name] = MARKED_DIRECTORY
-        elif os.path.lexists(path):
+        if os.path.lexists(path):
             entries[name] = digest_of(path)
         # A name not written yet is not recorded: whoever writes it first owns it.
     _write_marker(directory, {"writer": "keras_vit", "kind": kind, "entries": dict(sorted(entries.items()))})
@@ -157,14 +146,15 @@ def _write_marker(directory, document):
 # === Destinations ===
 
 
-def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False, make_parents=True):
+def claim(path, kind, *, inputs=None, argument=None, names=None, directories=None, reserved=(), in_place=False,
+          make_parents=True):
     """Check an output before any work and return the `Destination` that writes it.
 
     Args:
         path: str or path-like. The file or directory to write.
         kind: str. `FILE` (`"file"`) for one file, whatever its format; a
             directory kind otherwise (`"preset"`,
-            `"huggingface"`, `"export"`, `"checkpoint"`, `"run"`,
+            `"huggingface"`, `"export"`, `"run"`,
             `"figures"`...), recorded in its marker.
         inputs: dict `{what: path or list of paths}` the command reads;
             an output that is, contains or lies inside one is refused.
@@ -174,6 +164,11 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in
             files *into* (beside the user's own, e.g. figures or a run
             directory): the names it writes, each free or ours. `None`
             replaces the whole directory.
+        directories: dict `{name: kind}` or `None`. With `names`: the
+            directories the command writes into it (a run's backup slots),
+            each new, empty, or keras_vit's by its own marker (of that kind,
+            holding nothing else); a user's file inside one is refused by
+            name. Written with `new_directory(name)`.
         reserved: names the new directory will hold, for a kind that keeps
             the user's files beside ours: each must be free or ours.
         in_place: bool. The command is documented to update its input in
@@ -188,8 +183,8 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, reserved=(), in
     Raises:
         ArgumentError: naming the path, the problem and the argument.
     """
-    return Destination(path, kind, inputs=inputs, argument=argument, names=names, reserved=reserved,
-                       in_place=in_place, make_parents=make_parents)
+    return Destination(path, kind, inputs=inputs, argument=argument, names=names, directories=directories,
+                       reserved=reserved, in_place=in_place, make_parents=make_parents)
 
 
 class Destination:
@@ -197,19 +192,21 @@ class Destination:
 
     Made by `claim`. Write with `file()` / `staged()` (one file), `directory()`
     (a directory replaced in one step), or `file(name)` / `staged(name=)` /
-    `save_text` / `save_json` / `save_figure` (names into a directory); `remove(name)`
-    deletes an entry only while it holds what keras_vit wrote.
+    `save_text` / `save_json` / `save_figure` / `new_directory(name)` (names
+    into a directory); `remove(name)` deletes a claimed entry only while it
+    holds what keras_vit wrote.
     """
 
-    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, reserved=(), in_place=False,
-                 make_parents=True):
+    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, directories=None, reserved=(),
+                 in_place=False, make_parents=True):
         if path is None:
             raise ArgumentError("{name} is required: give a path to write to.", argument)
         self.path = os.path.abspath(os.fspath(path))
         self.given = os.fspath(path)
         self.kind = kind
         self.argument = argument
-        self.names = None if names is None else list(names)
+        self.directories = dict(directories or {})
+        self.names = None if names is None else [*names, *self.directories]
         self.reserved = tuple(reserved)
         parent = os.path.dirname(self.path)
         if not make_parents and not os.path.isdir(parent):
@@ -230,16 +227,19 @@ class Destination:
                                     argument)
             check_writable(self.given, argument)
         elif self.names is not None:
-            check_writable_names(self.path, self.names, kind, argument)
-            if not os.path.lexists(self.path):
-                _check_parent(self.path, argument)
+            check_writable_names(self.path, [name for name in self.names if name not in self.directories], kind,
+                                 argument)
+            for name, entry_kind in self.directories.items():
+                check_replaceable(os.path.join(self.path, name), entry_kind, argument)
+            # The names are written inside it: it, or the nearest directory above it that exists, must be writable.
+            check_parent_writable(os.path.join(self.path, self.names[0] if self.names else "."), argument)
         else:
             check_replaceable(self.path, kind, argument, names=self.reserved)
             retired = interrupted_save(self.path)
             if retired is not None:  # the save moves a killed save's copy back first: checked now, not after
                 check_replaceable(retired, kind, argument, names=self.reserved)
-            if not os.path.lexists(self.path):
-                _check_parent(self.path, argument)
+            # Whether or not it exists: the new directory is built beside it, in its parent (a read-only mount).
+            check_parent_writable(self.path, argument)
 
     def __fspath__(self):
         return self.path
@@ -255,7 +255,9 @@ class Destination:
 
     def _prepare(self, name):
         if name is not None:
-            check_writable_names(self.path, [name], self.kind, self.argument)  # again: time passed since the claim
+            # Again, on purpose: the claim was made at the command's start and the work (a training) came between;
+            # a file the user put at `name` since is refused, not overwritten.
+            check_writable_names(self.path, [name], self.kind, self.argument)
             os.makedirs(self.path, exist_ok=True)
         _clean_abandoned(self._target(name))
 
@@ -282,7 +284,7 @@ class Destination:
             if isinstance(old, list):
                 known = old
             else:
-                known = [old] if isinstance(old, str) and old != MARKED_DIRECTORY else []
+                known = [old] if isinstance(old, str) else []
             entries[name] = sorted(set(known) | {digest_of(temporary)})
             _write_marker(self.path, {"writer": "keras_vit", "kind": self.kind,
                                       "entries": dict(sorted(entries.items()))})
@@ -323,23 +325,67 @@ class Destination:
             figure.savefig(file, format="png", dpi=figure.dpi)
 
     def remove(self, name):
-        """Delete entry `name` if it holds what keras_vit wrote; a marked directory keeps the user's files in it.
+        """Delete claimed entry `name` while it holds what keras_vit wrote; anything else is left as it is.
+
+        A file is ours by the digest this directory's marker records; a
+        directory (`directories`) by its own marker, holding nothing else.
 
         Returns:
-            True if nothing of the entry is left.
+            True if nothing is left at the name.
         """
         path = self._target(name)
-        kind, entries = read_marker(self.path)
-        if kind != self.kind or not _owns(self.path, name, entries):
-            return not os.path.lexists(path)
-        if os.path.isdir(path) and not os.path.islink(path):
-            gone = remove_owned(path)
+        if name in self.directories:
+            if os.path.isdir(path) and not os.path.islink(path) and not foreign_entries(path, self.directories[name]):
+                _remove_ours(path)
         else:
-            os.remove(path)
-            gone = True
-        if gone:
-            _write_marker(self.path, {"writer": "keras_vit", "kind": kind, "entries": dict(entries)})
-        return gone
+            kind, entries = read_marker(self.path)
+            if kind == self.kind and owns(self.path, name, entries):
+                os.remove(path)
+        return not os.path.lexists(path)
+
+    @contextlib.contextmanager
+    def new_directory(self, name):
+        """Write claimed directory `name` anew: built under a private name, then put in place of the old one.
+
+        For a directory nothing reads while it is written (the backup slot a
+        run's pointer does not name): the old one is removed, then the new
+        one renamed in, so no exchange is needed and nothing is carried. A
+        kill leaves the old directory, a part of it (ours by its marker),
+        or the new one, and at most a private staging name the next write
+        of `name` removes.
+
+        Yields:
+            str. The private directory to write into; on success its files
+            are recorded in its marker, flushed to disk, and it takes `name`.
+        """
+        path, kind = self._target(name), self.directories.get(name)
+        if kind is None:
+            raise ValueError(f"{name!r} was not claimed as a directory in {quote(self.path)}.")
+        os.makedirs(self.path, exist_ok=True)
+        _clean_abandoned(path)  # the staging of a killed write of `name`
+        staging = os.path.join(self.path, private_name(name, "incoming"))
+        try:
+            os.mkdir(staging)
+            _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours
+            yield staging
+            _write_marker(staging, {"writer": "keras_vit", "kind": kind, "entries": {
+                entry: digest_of(os.path.join(staging, entry)) for entry in os.listdir(staging) if entry != MARKER}})
+            _flush_tree(staging)
+            # Again: time passed since the claim (an epoch), and a file the user put there since is refused by
+            # name, never removed.
+            check_replaceable(path, kind, self.argument)
+            if os.path.lexists(path):
+                _remove_ours(path)
+            os.rename(staging, path)
+            _flush_directory(self.path)
+        except BaseException as error:
+            if os.path.isdir(staging):
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(staging)  # all ours: made under our private name by this process
+            full = _no_space_error(error, path)
+            if full is not None:
+                raise full from None
+            raise
 
     @contextlib.contextmanager
     def directory(self):
@@ -382,6 +428,8 @@ def atomic_write(path, mode="wb", before_replace=None):
     if mode not in ("w", "wb"):
         raise ValueError(f"`mode` must be 'w' or 'wb'. Received: mode={mode!r}")
     path = os.fspath(path)
+    # Checked here, when the file is opened: after a claim, the work came between (a directory may have been
+    # put at the path since); called alone, this is the only check.
     check_writable(path)
     # A killed earlier write of this path left its private temporary: ours, of an ended process, never the user's.
     _clean_abandoned(path)
@@ -400,7 +448,7 @@ def _staged_path(path, suffix="", before_replace=None):
     before it is renamed into place (to record it as ours first).
     """
     directory, base = os.path.split(os.path.abspath(path))
-    temporary = os.path.join(directory, _private_name(base, "tmp", suffix))
+    temporary = os.path.join(directory, private_name(base, "tmp", suffix))
     mode = _new_file_mode(path)
     try:
         yield temporary
@@ -517,22 +565,6 @@ def _no_space_error(error, path):
                 f"content, if any, is kept). {fix}", path)
 
 
-@contextlib.contextmanager
-def errors_named(path):
-    """A full disk or a refused permission inside the block raised as one error naming the user's `path`.
-
-    For a write made on the user's behalf under another name (the run
-    directory's marker for its backup, an upload's private copy).
-    """
-    try:
-        yield
-    except OSError as error:
-        named = _no_space_error(error, path)
-        if named is not None:
-            raise named from None
-        raise
-
-
 def discarded_copy(write, name):
     """`write(path)` for a `path` in a private scratch directory that is deleted at once.
 
@@ -544,49 +576,10 @@ def discarded_copy(write, name):
         write(os.path.join(scratch, name))
 
 
-def export_graph(model, path, format):
-    """`model.export` into `path`, inside a staging directory the writer gave."""
-    model.export(path, format=format, verbose=False)
-
-
-def write_arrays(path, arrays):
-    """`np.savez` (plain arrays, no pickles) into `path`, inside a staging directory the writer gave."""
-    import numpy as np
-
-    np.savez(path, **arrays)
-
-
 def write_json_file(path, value, **options):
     """A JSON file written whole (for a file inside a staging directory, or one claimed file)."""
     with atomic_write(path, "w") as file:
         json.dump(value, file, **options)
-
-
-def make_directory(path):
-    """A new directory (with its parents), mode from the umask."""
-    os.makedirs(path, exist_ok=True)
-
-
-def probe_writable(directory):
-    """Create and delete a nameless file in `directory`: raises `OSError` where files cannot be made.
-
-    `os.access` says yes to root on a read-only mount; a real file settles it.
-    """
-    tempfile.TemporaryFile(dir=directory).close()
-
-
-def remove_damaged_download(path, cache_root):
-    """Delete a downloaded file (and the blob a link of the cache points to) whose checksum failed.
-
-    Only files inside `cache_root` (the download cache, which the hub
-    library owns) are removed; anything else is refused.
-    """
-    root = os.path.realpath(cache_root)
-    for stale in (path, os.path.realpath(path)):
-        if not os.path.realpath(os.path.dirname(os.path.abspath(stale))).startswith(root + os.sep):
-            raise ValueError(f"Refusing to remove {quote(stale)}: it is outside the download cache {quote(root)}.")
-        if os.path.lexists(stale) and not os.path.isdir(stale):
-            os.remove(stale)
 
 
 # === Replacing a directory in one step ===
@@ -627,8 +620,10 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
     parent, base = os.path.split(path)
     os.makedirs(parent, exist_ok=True)
     recover_abandoned(path)
-    check_replaceable(path, kind, argument, names=reserved)  # again: time passed since the claim
-    staging = os.path.join(parent, _private_name(base, "incoming"))
+    # Again, on purpose: the claim was made at the command's start and the work came between; a file the user
+    # put into the directory since is refused here, before anything of it is replaced.
+    check_replaceable(path, kind, argument, names=reserved)
+    staging = os.path.join(parent, private_name(base, "incoming"))
     try:
         os.mkdir(staging)  # mode 0o777 & ~umask
         _write_marker(staging, _staging_marker(kind))  # a leftover is recognisably ours, and what in it is ours
@@ -657,7 +652,7 @@ def _replaced_directory(path, kind, argument=None, reserved=()):
         if exchange_paths(staging, path):
             retired = staging
         else:
-            retired = os.path.join(parent, _private_name(base, "old"))
+            retired = os.path.join(parent, private_name(base, "old"))
             os.rename(path, retired)
             try:
                 os.rename(staging, path)
@@ -722,14 +717,14 @@ def _remove_retired(directory, path):
             continue
         entry = os.path.join(directory, name)
         twin = os.path.join(path, name)
-        ours = ((staging is not None and name not in carried) or _owns(directory, name, entries)
-                or _abandoned_private(name))
+        ours = ((staging is not None and name not in carried) or owns(directory, name, entries)
+                or abandoned_private(name))
         same = os.path.lexists(twin) and _same_file(entry, twin)
         if ours or same:
             if os.path.isdir(entry) and not os.path.islink(entry):
                 # Renamed first: a private name of an ended process is ours wherever it is found, so a kill inside
                 # the removal leaves only that.
-                doomed = os.path.join(directory, name if _abandoned_private(name) else _private_name(name, "old"))
+                doomed = os.path.join(directory, name if abandoned_private(name) else private_name(name, "old"))
                 try:
                     if doomed != entry:
                         os.rename(entry, doomed)
@@ -761,6 +756,42 @@ def _same_file(first, second):
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+def _remove_ours(directory):
+    """Remove a directory keras_vit wrote whole, its marker last: a kill leaves a part of it that is still ours."""
+    for name in os.listdir(directory):
+        if name != MARKER:
+            entry = os.path.join(directory, name)
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                shutil.rmtree(entry)
+            else:
+                os.remove(entry)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(directory, MARKER))
+    os.rmdir(directory)
+
+
+def _flush_tree(directory):
+    """`fsync` each file of `directory` and the directory itself: on disk before a rename makes it the one read."""
+    for name in os.listdir(directory):
+        entry = os.path.join(directory, name)
+        if os.path.isfile(entry) and not os.path.islink(entry):
+            descriptor = os.open(entry, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+    _flush_directory(directory)
+
+
+def _flush_directory(directory):
+    with contextlib.suppress(OSError):  # a file system that cannot sync a directory (some network mounts)
+        descriptor = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
 def recover_abandoned(path):
     """Clean what a killed save of `path` left beside it: only private names of ended processes on this host.
 
@@ -774,7 +805,7 @@ def recover_abandoned(path):
     parent, base = os.path.split(path)
     if not os.path.isdir(parent):
         return
-    leftovers = [os.path.join(parent, name) for name in os.listdir(parent) if _abandoned(name, base)]
+    leftovers = [os.path.join(parent, name) for name in os.listdir(parent) if abandoned_copy(name, base)]
     retired = interrupted_save(path)
     if retired is not None:
         os.rename(retired, path)
@@ -806,7 +837,7 @@ def killed_save_copies(path):
         return None, []
     restorable, not_ours = [], []
     for name in sorted(os.listdir(parent)):
-        if not (_abandoned(name, base) and name.endswith(".old")):
+        if not (abandoned_copy(name, base) and name.endswith(".old")):
             continue
         entry = os.path.join(parent, name)
         if os.path.isdir(entry) and not os.path.islink(entry) and read_marker(entry)[0] is not None:
@@ -836,29 +867,3 @@ def atomic_directory(path, kind="output"):
     """Build a directory under a private staging name and swap it into place (`claim(path, kind).directory()`)."""
     with claim(path, kind).directory() as staging:
         yield staging
-
-
-def remove_owned(directory):
-    """Delete what keras_vit wrote in `directory` (by its marker); keep the user's files. True if it is gone."""
-    kind, entries = read_marker(directory)
-    if kind is None:
-        return False
-    kept = []
-    for name in os.listdir(directory):
-        if name == MARKER:
-            continue
-        entry = os.path.join(directory, name)
-        if _owns(directory, name, entries):
-            if os.path.isdir(entry) and not os.path.islink(entry):
-                shutil.rmtree(entry)
-            else:
-                os.remove(entry)
-        else:
-            kept.append(name)
-    if kept:
-        _write_marker(directory, {"writer": "keras_vit", "kind": kind,
-                                  "entries": {name: value for name, value in entries.items() if name in kept}})
-        return False
-    os.remove(os.path.join(directory, MARKER))
-    os.rmdir(directory)
-    return True

@@ -7,7 +7,7 @@ import shutil
 import stat
 import tempfile
 
-from keras_vit.utils.ownership import CHUNK, NO_SPACE, NOT_ALLOWED, _abandoned, _private_name, quote
+from keras_vit.writer.ownership import CHUNK, NO_SPACE, NOT_ALLOWED, abandoned_copy, private_name, quote
 
 # The private copies' base name: `.keras_vit-upload.keras_vit-HOST-PID-RANDOM.tmp` in the temporary folder.
 _COPY_BASE = "keras_vit-upload"
@@ -36,7 +36,7 @@ def staged_upload(directory, names, required=()):
         _check_not_a_link(directory, name)
     scratch = tempfile.gettempdir()
     _remove_abandoned_copies(scratch)
-    staging = os.path.join(scratch, _private_name(_COPY_BASE, "tmp"))
+    staging = os.path.join(scratch, private_name(_COPY_BASE, "tmp"))
     try:
         try:
             os.mkdir(staging, 0o700)  # a copy of the model: private to this user
@@ -52,7 +52,7 @@ def _remove_abandoned_copies(scratch):
     """Delete the private copies that killed uploads left: of ended processes on this host only."""
     with contextlib.suppress(OSError):
         for name in os.listdir(scratch):
-            if _abandoned(name, _COPY_BASE):
+            if abandoned_copy(name, _COPY_BASE):
                 shutil.rmtree(os.path.join(scratch, name), ignore_errors=True)
 
 
