@@ -503,7 +503,9 @@ def time_held_out_batch(model, probe, clock=time.perf_counter):
     """Evaluate `model` on `probe` (a one-batch dataset) twice and read it once, each timed.
 
     The first evaluation compiles the evaluation step (which the run's own
-    held-out evaluations then reuse); the second times the step alone.
+    held-out evaluations then reuse); the second times the step alone. The
+    model's metrics are reset after, so the epoch that follows counts only
+    its own batches.
 
     Returns:
         A dict: `first`, `second`, `load` (seconds) and `images`.
@@ -517,6 +519,9 @@ def time_held_out_batch(model, probe, clock=time.perf_counter):
     start = clock()
     model.evaluate(probe, verbose=0)
     second = clock() - start
+    # Keras resets the metrics before `on_epoch_begin`, where this runs: without this reset the held-out
+    # batch's accuracy would be counted into the first epoch's training accuracy.
+    model.reset_metrics()
     return {"first": first, "second": second, "load": load, "images": images}
 
 
