@@ -76,14 +76,6 @@ def check_destination(source, destination, target):
     return claim(destination, FILE, inputs={"source": source}, argument="destination")  # one file, any format
 
 
-def save_model_file(model, path, weights_only=False):
-    """`model.save` / `model.save_weights` through keras_vit's writer: the old file or the new one, never half.
-
-    `path` is a path or the destination `check_destination` claimed.
-    """
-    save_model(model, path, weights_only=weights_only)
-
-
 def _load_source(args, image_size, overrides):
     """The model of `args.source`, by the one reader: a checkpoint is converted (with the converter options),
     a keras_vit preset or `.keras` file is read as saved (the converter options are refused for it)."""
@@ -101,7 +93,8 @@ def _load_source(args, image_size, overrides):
 def run(args):
     import os
 
-    from keras_vit.convert import export_huggingface, export_timm
+    from keras_vit.convert import export_timm
+    from keras_vit.convert.huggingface import write_huggingface
 
     if not os.path.exists(args.source):
         from keras_vit.presets.handles import check_not_killed_save
@@ -121,15 +114,16 @@ def run(args):
     model = _load_source(args, image_size, overrides)
     print(f"Loaded {type(model).__name__} from {args.source}: {model.count_params():,} parameters, "
           f"image size {model.input_shape[1]}x{model.input_shape[2]}.")
+    # Each write goes through the claim made above, before the load: the old file or the new one, never half.
     if target == "keras":
-        save_model_file(model, destination)
+        save_model(model, destination)
     elif target == "weights":
-        save_model_file(model, destination, weights_only=True)
+        save_model(model, destination, weights_only=True)
         print("Rebuild the architecture with `keras_vit.convert.load_checkpoint(SOURCE)` (or from the "
               "model's get_config()) before `load_weights`.")
     elif target == "timm":
         export_timm(model, args.destination)
     else:
-        export_huggingface(model, destination)
+        write_huggingface(model, destination)
     print(f"Wrote {args.destination} ({target}).")
     return 0

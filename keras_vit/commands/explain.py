@@ -147,7 +147,7 @@ def run(args):
     written = []
 
     def save(figure, file_name):
-        inspection.save_figure(figure, destination, file_name)
+        destination.save_figure(file_name, figure)  # through the claim made at the command's start
         written.append(os.path.join(args.out, file_name))
 
     progress = keras.utils.Progbar(len(images), unit_name="image") if len(images) > 1 else None

@@ -36,7 +36,7 @@ def run(args):
     import json
 
     from keras_vit.presets import check_model_handle
-    from keras_vit.workflows.export import check_export, check_export_directory, export_model
+    from keras_vit.workflows.export import check_export, check_export_directory, write_export
 
     # Before the model loads (which may download): the paths, then what this backend can export.
     import os
@@ -49,7 +49,7 @@ def run(args):
     except ValueError as error:
         raise UsageError(str(error)) from error
     model = load_model(args.model, backbone=args.backbone)
-    document = export_model(model, destination, format=args.format, check=args.check)
+    document = write_export(model, destination, format=args.format, check=args.check)
     summary = {key: document[key] for key in ("format", "model", "outputs", "max_difference") if key in document}
     print(f"exported to {args.out}: {json.dumps(summary)}")
     return 0

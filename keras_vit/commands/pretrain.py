@@ -123,7 +123,7 @@ def _run(args, run_claim=None, save_claim=None):
     from keras_vit.workflows.digits_demo import build_digits_predictor
     from keras_vit.workflows.pretraining import pretrain_predictor
     from keras_vit.workflows.resuming import finish_run
-    from keras_vit.workflows.training import save_model
+    from keras_vit.workflows.training import write_model
 
     overrides = {}
     if args.data_dir is not None:
@@ -151,7 +151,7 @@ def _run(args, run_claim=None, save_claim=None):
     held_out = result["validation"]
     summary = ", ".join(f"{name} {value:.4f}" for name, value in held_out.items())
     print(f"Held-out masked patches: {summary} (trained in {result['seconds']:.0f} s)")
-    save_model(predictor, save_claim if save_claim is not None else args.save)
+    write_model(predictor, save_claim)  # the claim of --save, made at the command's start
     finish_run(run_claim)  # after the save: a kill before it resumes with every epoch done
     print(f"Saved the pre-trained model to {args.save}; fine-tune it with "
           f"`keras-vit train --init-from {args.save}`")

@@ -17,9 +17,9 @@ def add_arguments(parser):
 
 def run(args):
     # The library, and so Keras, is imported here, after parsing: `keras-vit quantize --help` starts no backend.
-    from keras_vit.presets.keras_vit_format import PRESET_KIND
+    from keras_vit.presets.keras_vit_format import PRESET_KIND, write_preset
     from keras_vit.workflows.quantization import quantize_model
-    from keras_vit.workflows.training import save_model
+    from keras_vit.workflows.training import write_model
 
     as_file = output_format(args.out) == "keras"
     # Before the model loads: never over the model being read (under any spelling), and a preset directory
@@ -27,9 +27,10 @@ def run(args):
     inputs = {"model": args.model} if os.path.exists(args.model) else None
     destination = claim(args.out, FILE if as_file else PRESET_KIND, inputs=inputs, argument="out")
     model = quantize_model(load_model(args.model, backbone=args.backbone, purpose="keras-vit quantize"))
+    # Through the claim made above, before the load.
     if as_file:
-        save_model(model, destination)
+        write_model(model, destination)
     else:
-        model.save_to_preset(destination)  # the claim made above, handed down
+        write_preset(model, destination)
     print(f"saved the int8 model ({len(model.quantized_layers())} quantized layers) to {args.out}")
     return 0

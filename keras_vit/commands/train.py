@@ -57,7 +57,7 @@ def _run(args, distribution=None, run_claim=None, save_claim=None):
     from keras_vit.workflows.digits_demo import DIGITS_MODEL, build_digits_classifier
     from keras_vit.workflows.pretraining import load_pretrained_backbone
     from keras_vit.workflows.resuming import finish_run
-    from keras_vit.workflows.training import save_model, train_classifier
+    from keras_vit.workflows.training import train_classifier, write_model
 
     # What the flags ask of the devices and of the --init-from file, before the digits are read. The job's
     # engine cuts every batch to a multiple of the devices JAX splits it over (`engine.shard`).
@@ -109,7 +109,7 @@ def _run(args, distribution=None, run_claim=None, save_claim=None):
     print(f"Held-out accuracy: {result['accuracy']:.2%} "
           f"(trained in {result['seconds']:.0f} s on {keras.backend.backend()})")
     if args.save:
-        save_model(model, save_claim if save_claim is not None else args.save)
+        write_model(model, save_claim)  # the claim of --save, made at the command's start
         print(f"Saved the trained model to {args.save}")
     finish_run(run_claim)  # after the save: a kill before it resumes with every epoch done
     return 0

@@ -18,7 +18,7 @@ from keras_vit.convert.io import write_safetensors
 from keras_vit.convert.huggingface_families import (
     EXPORT_CLASSES, FAMILIES, export_family, family_config_and_tensors, from_huggingface_family, fused_qkv)
 from keras_vit.convert.model_map import HEAD_ARGUMENTS, build_model, config_pair, check_tensors, model_to_timm
-from keras_vit.writer.files import Destination, claim, write_json_file
+from keras_vit.writer.files import claim, write_json_file
 from keras_vit.utils.values import IMAGE_INTERPOLATIONS, is_int
 
 # ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / STD).
@@ -454,11 +454,29 @@ def export_huggingface(model, directory):
             classes can express (a square image and patch; for the ViT a
             class token, token pooling, no representation layer; the later
             families as backbones only).
-        directory: str or path-like, or a `keras_vit.writer.files.Destination`
-            a command claimed. Created if needed; the three files replace
-            the old ones in one step (a directory swap). Other files in it
-            are kept; one of the three names holding a file keras_vit did
-            not write there is refused before anything is written.
+        directory: str or path-like. Created if needed; the three files
+            replace the old ones in one step (a directory swap). Other files
+            in it are kept; one of the three names holding a file keras_vit
+            did not write there is refused before anything is written.
+
+    Returns:
+        The `config.json` dict that was written.
+    """
+    # Beside a user's other files (a README) is fine: they stay. Over a file of the same name that keras_vit
+    # did not write (another model's config.json) is not.
+    destination = claim(directory, HUGGINGFACE_KIND, argument="directory", reserved=HUGGINGFACE_FILES)
+    return write_huggingface(model, destination)
+
+
+def write_huggingface(model, destination):
+    """`export_huggingface` through a claim made before: what `keras-vit convert --to huggingface` calls.
+
+    Args:
+        model: as `export_huggingface` takes it.
+        destination: the `keras_vit.writer.files.Destination` of the
+            directory, claimed with kind `HUGGINGFACE_KIND` and
+            `reserved=HUGGINGFACE_FILES` (`keras-vit convert` claims it
+            at its start, with the source as an input).
 
     Returns:
         The `config.json` dict that was written.
@@ -478,13 +496,9 @@ def export_huggingface(model, directory):
     # The model's own evaluation transform (resize rule, crop, interpolation), so transformers' pipeline
     # feeds it what keras_vit's reader does.
     processor = huggingface_processor(backbone)
-    # Beside a user's other files (a README) is fine: they are carried into the new directory. Over a
-    # file of the same name that keras_vit did not write (another model's config.json) is not.
-    if not isinstance(directory, Destination):
-        directory = claim(directory, HUGGINGFACE_KIND, argument="directory", reserved=HUGGINGFACE_FILES)
     # The three files are built in a staging directory and swapped in together: a kill leaves the old
     # directory or the new one, never one model's config beside another's weights.
-    with directory.directory() as staging:
+    with destination.directory() as staging:
         for name, document in (("config.json", config), ("preprocessor_config.json", processor)):
             write_json_file(os.path.join(staging, name), document, indent=2)
         write_safetensors(os.path.join(staging, "model.safetensors"), out, metadata={"format": "pt"})

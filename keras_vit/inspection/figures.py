@@ -7,12 +7,10 @@ the caller made. `save_figure` writes a PNG atomically. Nothing here uses
 pyplot's global state, so figures can be made from threads and servers.
 """
 
-import os
-
 import numpy as np
 
 from keras_vit.inspection.attention import upsample
-from keras_vit.writer.files import FILE, Destination, claim
+from keras_vit.writer.files import FILE, claim
 
 PLOT_EXTRA_HINT = "pip install matplotlib"
 
@@ -34,22 +32,22 @@ def _figure(figsize, dpi):
     return require_matplotlib()(figsize=figsize, dpi=dpi, layout="constrained")
 
 
-def save_figure(figure, path, name=None):
+def save_figure(figure, path):
     """Write `figure` as a PNG atomically, at the figure's own size, through keras_vit's writer.
+
+    A command that claimed a directory of figures at its start writes each
+    through that claim instead: `destination.save_figure(name, figure)`.
 
     Args:
         figure: `matplotlib.figure.Figure`.
-        path: str or path-like, a `.png` file whose directory exists; or a
-            `keras_vit.writer.files.Destination` a command claimed, with the
-            `name` it claimed there.
-        name: str or `None`. The file's name inside a claimed directory.
+        path: str or path-like. A `.png` file whose directory exists.
 
     Returns:
         The path written.
     """
-    destination = path if isinstance(path, Destination) else claim(path, FILE)
-    destination.save_figure(name, figure)
-    return destination.path if name is None else os.path.join(destination.path, name)
+    destination = claim(path, FILE)
+    destination.save_figure(None, figure)
+    return destination.path
 
 
 def display_image(image):

@@ -166,15 +166,15 @@ class LowRankAdaptation:
         arrays: no pickles.
 
         Args:
-            path: str, path-like, or a `Destination` of
-                `keras_vit.writer.files`. The file is an `.npz` archive
-                whatever its name; `"flowers.lora.npz"` says so.
+            path: str or path-like. The file is an `.npz` archive whatever
+                its name; `"flowers.lora.npz"` says so. Claimed before
+                anything is written.
 
         Raises:
             ValueError: LoRA is not enabled.
         """
+        destination = files.claim(path, files.FILE)
         arrays = self.lora_weights()
-        destination = path if isinstance(path, files.Destination) else files.claim(path, files.FILE)
         with destination.staged(suffix=".npz") as temporary:
             np.savez(temporary, **arrays)  # plain arrays, no pickles
 

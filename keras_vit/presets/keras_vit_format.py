@@ -33,7 +33,7 @@ from keras_vit.models.base import dtype_policy_from_config
 from keras_vit.models.masked_patch_predictor import TARGETS
 from keras_vit.models.vit_classifier import check_class_names
 from keras_vit.utils.checks import check_weights_file
-from keras_vit.writer.files import Destination, claim, quote, write_json_file, write_model_file
+from keras_vit.writer.files import claim, quote, write_json_file, write_model_file
 from keras_vit.utils.image_resize import image_transform
 from keras_vit.utils.values import (ALPHA_RULES, IMAGE_INTERPOLATIONS, RESIZE_MODES, check_choice, check_count,
                                     check_number, check_optional_count, check_positive_number, check_rate, is_int,
@@ -290,7 +290,7 @@ def _warn_if_another_model(directory, document):
         described = previous.get("class_name") if isinstance(previous, dict) else "an unreadable config"
         warnings.warn(
             f"Replacing the preset in {quote(directory)} ({described}) by a different model; the old one "
-            "is gone once the save completes.", UserWarning, stacklevel=3,
+            "is gone once the save completes.", UserWarning, stacklevel=4,  # the caller of save_to_preset
         )
 
 
@@ -327,13 +327,28 @@ def save_to_preset(model, directory, **metadata):
 
     Args:
         model: `ViTBackbone`, `ViTClassifier` or `MaskedPatchPredictor`.
-        directory: str, or the `keras_vit.writer.files.Destination` a command
-            claimed at its start. Created if missing; an existing preset that
-            keras_vit wrote is replaced. A directory holding anything else (a user's
-            files, another model) is refused before anything is written.
+        directory: str or path-like. Created if missing; an existing preset
+            that keras_vit wrote is replaced. A directory holding anything
+            else (a user's files, another model) is refused before anything
+            is written.
         **metadata: Extra JSON-serializable fields for `metadata.json`.
             `class_names=[...]` (or `"imagenet-1k"`) also names the classes
             of a classifier that has none in its config.
+    """
+    # Only a directory keras_vit wrote as a preset is replaced: a user's own files (a config.json of another
+    # project, notes, data, a model card they edited) are never touched.
+    write_preset(model, claim(directory, PRESET_KIND, argument="directory"), **metadata)
+
+
+def write_preset(model, destination, **metadata):
+    """`save_to_preset` through a claim made before: what `finetune` and `keras-vit quantize` call.
+
+    Args:
+        model: `ViTBackbone`, `ViTClassifier` or `MaskedPatchPredictor`.
+        destination: the `keras_vit.writer.files.Destination` of the preset
+            directory (`claim(path, PRESET_KIND)`), made by the command at
+            its start.
+        **metadata: as `save_to_preset` takes it.
     """
     import keras_vit
 
@@ -358,14 +373,8 @@ def save_to_preset(model, directory, **metadata):
         **metadata,
     }
     _check_json_metadata(info)
-    # Only a directory keras_vit wrote as a preset is replaced: a user's own
-    # files (a config.json of another project, notes, data, a model card they
-    # edited) are never touched. A command claimed its output at its start and hands the claim down.
-    destination = directory if isinstance(directory, Destination) else claim(directory, PRESET_KIND,
-                                                                             argument="directory")
-    directory = destination.path
-    if os.path.isdir(directory):
-        _warn_if_another_model(directory, document)
+    if os.path.isdir(destination.path):
+        _warn_if_another_model(destination.path, document)
     with destination.directory() as staging:
         write_json_file(os.path.join(staging, CONFIG_FILE), document, indent=2, default=_json_default)
         with optimizer_set_aside(model):  # the model's weights only, not the optimizer's state

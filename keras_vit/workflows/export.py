@@ -31,7 +31,7 @@ from keras_vit.convert.class_names import names_of
 from keras_vit.convert.exported_transform import describe_transform
 from keras_vit.integrations import exported_graphs
 from keras_vit.integrations.onnx_ops import register_tf2onnx_rules
-from keras_vit.writer.files import Destination, claim, write_json_file
+from keras_vit.writer.files import claim, write_json_file
 
 EXPORT_EXTRA = 'pip install "keras3-vit[export]"'
 # The record of what was exported (format, source, input), written beside the exported files.
@@ -112,7 +112,7 @@ def check_export_directory(path, argument="path", inputs=None):
     directory of the user's is never touched.
 
     Returns:
-        The `keras_vit.writer.files.Destination` to pass to `export_model`.
+        The `keras_vit.writer.files.Destination` to pass to `write_export`.
 
     Raises:
         keras_vit.utils.ArgumentError: naming the path, the files and the fix.
@@ -172,10 +172,10 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
 
     Args:
         model: a keras_vit `ViTClassifier` or `ViTBackbone`.
-        path: str, or the destination `check_export_directory` returned. The
-            export directory; created, or replaced in one step if it holds a
-            previous export (never a directory with files keras_vit did not
-            write there).
+        path: str or path-like. The export directory; created, or replaced
+            in one step if it holds a previous export (never a directory
+            with files keras_vit did not write there). Claimed here, before
+            the model is traced.
         format: str. `"saved_model"`, `"onnx"` or `"litert"`.
         check: bool. Run the exported graph in its runtime on batches of 1
             and 3 images and compare with the Keras model before the
@@ -199,7 +199,22 @@ def export_model(model, path, format="saved_model", check=True, tolerance=None):
     >>> keras_vit.export_model(model, "vit_onnx", format="onnx")["max_difference"]
     """
     check_export(format)
-    destination = path if isinstance(path, Destination) else check_export_directory(path)
+    return write_export(model, check_export_directory(path), format=format, check=check, tolerance=tolerance)
+
+
+def write_export(model, destination, format="saved_model", check=True, tolerance=None):
+    """`export_model` through a claim made before: what `keras-vit export` calls.
+
+    Args:
+        model: a keras_vit `ViTClassifier` or `ViTBackbone`.
+        destination: the `keras_vit.writer.files.Destination` that
+            `check_export_directory` returned at the command's start.
+        format, check, tolerance: as `export_model` takes them (`format`
+            already checked with `check_export`).
+
+    Returns:
+        The `export.json` document written beside the graph.
+    """
     if format == "litert" and getattr(model, "quantized_layers", dict)():
         raise ValueError("A model quantized with Keras (int8 kernels) does not convert to LiteRT: the TFLite "
                          "converter rejects its int8 matmuls. Export the float model with format='litert' "

@@ -22,7 +22,7 @@ from keras_vit.distribution import engines
 from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.presets import load_model
 from keras_vit.presets.handles import check_not_killed_save
-from keras_vit.presets.keras_vit_format import METADATA_FILE, PRESET_KIND, WEIGHTS_FILE
+from keras_vit.presets.keras_vit_format import METADATA_FILE, PRESET_KIND, WEIGHTS_FILE, write_preset
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.writer.files import claim, quote
 from keras_vit.utils.seeds import set_random_seed
@@ -913,8 +913,11 @@ def finetune(
     if verbose and keeper is not None:
         print(describe_outcome(keeper, epochs, steps_per_epoch // accumulation))
     if output is not None:  # one writer in a job of several processes; the preset is swapped into place whole
-        engines.current().save_for_job(lambda target: model.save_to_preset(target, class_names=class_names),
-                                       destination)
+        # Through the claim made above on the process whose file is kept; where saving is collective the
+        # others write a copy into the engine's scratch path, which is discarded.
+        engines.current().save_for_job(lambda target: write_preset(
+            model, destination if target is destination else claim(target, PRESET_KIND), class_names=class_names),
+            destination)
     finish_run(run)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": scores.get("accuracy"), "loss": scores.get("loss"), "model": model, "class_names": class_names,
@@ -952,8 +955,10 @@ def _best_in_run_dir(run, model, class_names):
         engine = engines.current()
         if engine.is_chief() and not claimed:  # best/ is keras_vit's by its own marker (the run's claim checked it)
             claimed.append(claim(path, PRESET_KIND))
-        engine.save_for_job(lambda target: model.save_to_preset(target, class_names=class_names, best=best),
-                            claimed[0] if claimed else path)
+        kept = claimed[0] if claimed else path  # the other processes only name the scratch copy they discard
+        engine.save_for_job(lambda target: write_preset(
+            model, kept if target is kept else claim(target, PRESET_KIND), class_names=class_names, best=best),
+            kept)
 
     def load_best(model, best):
         import json

@@ -177,16 +177,31 @@ def save_model(model, path):
     The file holds the model (its config and weights) but not the state of
     the optimizer it was trained with, which would triple the size of an
     AdamW-trained model; the run directory's checkpoint keeps that state to
-    resume. `path` is a path or a destination a command claimed
-    (`keras_vit.writer.files.claim`); a kill leaves the old file or the new
-    one. In a job of several processes only process 0 writes (the others
-    take part in a collective save and discard it).
+    resume. A kill leaves the old file or the new one. In a job of several
+    processes only process 0 writes (the others take part in a collective
+    save and discard it).
+
+    Args:
+        model: a `keras.Model`.
+        path: str or path-like. The `.keras` file to write; claimed here,
+            before anything is written.
+    """
+    write_model(model, files.claim(path, files.FILE))
+
+
+def write_model(model, destination):
+    """`save_model` through a claim made before: what `keras-vit train`, `pretrain` and `quantize` call.
+
+    Args:
+        model: a `keras.Model`.
+        destination: the `keras_vit.writer.files.Destination` of the file
+            (`claim(path, FILE)`), made by the command at its start.
     """
     def write(target):
-        if target is path:  # the process whose file is kept: through the writer
-            files.save_model(model, path)
-        else:  # a collective save's discarded copy, in the engine's scratch directory
+        if target is destination:  # the process whose file is kept: through the claim
+            files.save_model(model, destination)
+        else:  # a collective save's discarded copy, a path in the engine's scratch directory
             files.write_model_file(model, target)
 
     with optimizer_set_aside(model):
-        engines.current().save_for_job(write, path)
+        engines.current().save_for_job(write, destination)

@@ -477,11 +477,11 @@ def save_model(model, destination, weights_only=False):
 
     Args:
         model: a `keras.Model`.
-        destination: a `Destination` (or a path, claimed here as a file).
+        destination: a `Destination` claimed as a file (`claim(path, FILE)`),
+            by the command at its start or by the public function the
+            user called with a path.
         weights_only: bool. `save_weights` instead of `save`.
     """
-    if not isinstance(destination, Destination):
-        destination = claim(destination, FILE)
     with destination.staged(suffix=".weights.h5" if weights_only else ".keras") as temporary:
         write_model_file(model, temporary, weights_only)
 

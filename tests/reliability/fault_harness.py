@@ -679,12 +679,12 @@ def _backup(model, run, epoch):
 
 
 def _figures(directory, seed):
-    from keras_vit.inspection.figures import save_figure
     from keras_vit.writer import files
 
+    # As `keras-vit explain` writes its figures: through the claim of the directory, made once.
     destination = files.claim(directory, "figures", names=["a.png", "b.png"])
-    save_figure(_figure(seed), destination, "a.png")
-    save_figure(_figure(seed + 10), destination, "b.png")
+    destination.save_figure("a.png", _figure(seed))
+    destination.save_figure("b.png", _figure(seed + 10))
 
 
 class _FakeHub:

@@ -201,12 +201,13 @@ KILLED_FINETUNE = textwrap.dedent("""
             return evaluate(self, *args, **kwargs)
         keras.Model.evaluate = evaluate_then_die
     else:  # killed while writing the output; the run's best weights (its `best/` preset) are written before it
-        save_to_preset = keras_vit.ViTClassifier.save_to_preset
-        def save_then_die(self, directory, *args, **kwargs):
-            if os.path.abspath(os.fspath(getattr(directory, "path", directory))) == os.path.abspath(output):
+        from keras_vit.workflows import finetuning
+        write_preset = finetuning.write_preset  # finetune writes its output through the claim it made
+        def write_then_die(model, destination, **metadata):
+            if destination.path == os.path.abspath(output):
                 os._exit(9)
-            return save_to_preset(self, directory, *args, **kwargs)
-        keras_vit.ViTClassifier.save_to_preset = save_then_die
+            return write_preset(model, destination, **metadata)
+        finetuning.write_preset = write_then_die
     keras_vit.finetune(data, preset=source, epochs=2, batch_size=4, recipe="adamw", output=output, verbose=0,
                        workers=1)
 """)

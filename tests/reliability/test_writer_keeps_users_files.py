@@ -337,9 +337,9 @@ def test_new_files_and_directories_get_the_users_umask(tmp_path, classifier_file
     try:
         save_model(model, str(tmp_path / "out.keras"))
         model.save_to_preset(tmp_path / "preset")
-        from keras_vit.commands.convert import save_model_file
+        from keras_vit.writer import files
 
-        save_model_file(model, str(tmp_path / "converted.keras"))
+        files.save_model(model, files.claim(str(tmp_path / "converted.keras"), files.FILE))  # as `convert` saves
     finally:
         os.umask(previous)
     assert stat.S_IMODE(os.stat(tmp_path / "out.keras").st_mode) == 0o644
