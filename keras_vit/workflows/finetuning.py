@@ -912,12 +912,9 @@ def finetune(
         scores = {name: float(value) for name, value in engines.current().evaluate(model, validation).items()}
     if verbose and keeper is not None:
         print(describe_outcome(keeper, epochs, steps_per_epoch // accumulation))
-    if output is not None:  # one writer in a job of several processes; the preset is swapped into place whole
-        # Through the claim made above on the process whose file is kept; where saving is collective the
-        # others write a copy into the engine's scratch path, which is discarded.
-        engines.current().save_for_job(lambda target: write_preset(
-            model, destination if target is destination else claim(target, PRESET_KIND), class_names=class_names),
-            destination)
+    if output is not None:  # the job's engine picks the writer; the preset is swapped into place whole
+        engines.current().save_for_job(lambda claimed: write_preset(model, claimed, class_names=class_names),
+                                       destination)
     finish_run(run)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": scores.get("accuracy"), "loss": scores.get("loss"), "model": model, "class_names": class_names,
@@ -949,16 +946,11 @@ def _best_in_run_dir(run, model, class_names):
     if run is None:
         return None, None
     path = os.path.join(run.path, BEST_DIR)
-    claimed = []
 
     def save_best(epoch, best):
-        engine = engines.current()
-        if engine.is_chief() and not claimed:  # best/ is keras_vit's by its own marker (the run's claim checked it)
-            claimed.append(claim(path, PRESET_KIND))
-        kept = claimed[0] if claimed else path  # the other processes only name the scratch copy they discard
-        engine.save_for_job(lambda target: write_preset(
-            model, kept if target is kept else claim(target, PRESET_KIND), class_names=class_names, best=best),
-            kept)
+        # best/ is claimed when written: an epoch passed since the run's claim checked it.
+        engines.current().save_for_job(lambda claimed: write_preset(
+            model, claimed.entry(BEST_DIR), class_names=class_names, best=best), run)
 
     def load_best(model, best):
         import json

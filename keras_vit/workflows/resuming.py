@@ -76,11 +76,6 @@ def claim_run(run_dir, inputs=None, argument="run_dir"):
                  directories={**{slot: SLOT_KIND for slot in SLOTS}, BEST_DIR: PRESET_KIND})
 
 
-def on_the_writing_process(run, write):
-    """`write()` on the process whose files the job keeps; the job's engine decides which (`save_for_job`)."""
-    engines.current().save_for_job(lambda target: target is run and write(), run)
-
-
 def finish_run(run):
     """Delete the run's backup slots, pointer and best weights (what keras_vit wrote of them), keeping the log and any file of the user's.
 
@@ -94,11 +89,11 @@ def finish_run(run):
     if run is None:
         return
 
-    def remove():
+    def remove(claimed):
         for name in (POINTER_FILE, *SLOTS, BEST_DIR):  # the pointer first: never one naming a removed slot
-            run.remove(name)
+            claimed.remove(name)
 
-    on_the_writing_process(run, remove)
+    engines.current().save_for_job(remove, run)
 
 
 def _seed_states(model):
@@ -202,13 +197,9 @@ class EpochCheckpoint(keras.callbacks.Callback):
         if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
             return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
         slot = SLOTS[1] if self.slot == SLOTS[0] else SLOTS[0]  # the one the pointer does not name
-        path = os.path.join(self.run.path, slot)
 
-        def write(target):
-            if target != path:  # a collective save's discarded copy: Keras needs every process in the save
-                files.write_model_file(self.model, os.path.join(os.path.dirname(target), CHECKPOINT_WEIGHTS), True)
-                return
-            with self.run.new_directory(slot) as staging:
+        def write(run):
+            with run.new_directory(slot) as staging:
                 files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
                 if getattr(self.model, "lora_enabled", False):
                     np.savez(os.path.join(staging, CHECKPOINT_LORA), **self.model.lora_weights())
@@ -219,9 +210,9 @@ class EpochCheckpoint(keras.callbacks.Callback):
                     "keepers": self.kept_state(),
                 })
             # The slot is whole on disk: only now does the pointer name it (replaced in one step).
-            self.run.save_json(POINTER_FILE, {"slot": slot, "epoch": epoch + 1, "settings": self.settings})
+            run.save_json(POINTER_FILE, {"slot": slot, "epoch": epoch + 1, "settings": self.settings})
 
-        engines.current().save_for_job(write, path)
+        engines.current().save_for_job(write, self.run)
         self.slot = slot
 
 
@@ -266,7 +257,7 @@ class EpochLog(keras.callbacks.Callback):
         keys = self.rows[0].split(",")[1:]
         self.rows.append(",".join([str(epoch), *(str(logs.get(key, "NA")) for key in keys)]))
         text = "".join(row + "\n" for row in self.rows)
-        on_the_writing_process(self.run, lambda: self.run.save_text(LOG_FILE, text))
+        engines.current().save_for_job(lambda run: run.save_text(LOG_FILE, text), self.run)
 
 
 def fit_resumable(model, data, epochs, run=None, settings=None, validation_data=None, callbacks=(), verbose=1,
@@ -331,7 +322,7 @@ def fit_resumable(model, data, epochs, run=None, settings=None, validation_data=
         checkpoint = EpochCheckpoint(run, settings, keepers=keepers)
         initial_epoch = engine.restore(checkpoint, model)
         if initial_epoch:
-            on_the_writing_process(run, lambda: _trim_log(run, initial_epoch))
+            engine.save_for_job(lambda claimed: _trim_log(claimed, initial_epoch), run)
             if verbose:
                 print(f"Resuming from the checkpoint in {quote(run.given)}: {initial_epoch} of {epochs} epochs done.")
         # The log's row first, then the backup: a kill between leaves the log one row ahead, which the

@@ -7,7 +7,8 @@ import shutil
 import stat
 import tempfile
 
-from keras_vit.writer.ownership import CHUNK, NO_SPACE, NOT_ALLOWED, abandoned_copy, private_name, quote
+from keras_vit.utils.errors import quote
+from keras_vit.writer.ownership import CHUNK, NO_SPACE, NOT_ALLOWED, abandoned, private_name
 
 # The private copies' base name: `.keras_vit-upload.keras_vit-HOST-PID-RANDOM.tmp` in the temporary folder.
 _COPY_BASE = "keras_vit-upload"
@@ -52,7 +53,7 @@ def _remove_abandoned_copies(scratch):
     """Delete the private copies that killed uploads left: of ended processes on this host only."""
     with contextlib.suppress(OSError):
         for name in os.listdir(scratch):
-            if abandoned_copy(name, _COPY_BASE):
+            if abandoned(name, _COPY_BASE):
                 shutil.rmtree(os.path.join(scratch, name), ignore_errors=True)
 
 

@@ -80,7 +80,7 @@ def _alias(kind, real, alias):
 @one_backend
 def test_relation_of_paths_is_by_identity_over_drawn_aliases(tmp_path):
     # main: through a bind mount, `path_relation` saw two unrelated paths wherever one side was the alias.
-    from keras_vit.writer.files import path_relation
+    from keras_vit.writer.ownership import path_relation
 
     real = tmp_path / "real"
     nodes = ["", "a", "a/b", "a/b/c", "a/d", "e", "e/f"]
