@@ -264,29 +264,20 @@ def fit_resumable(model, data, epochs, run=None, settings=None, validation_data=
                   keep_backup=False):
     """`model.fit` that checkpoints every epoch into the run directory `run` and resumes from it.
 
-    With `run`, the run directory holds two backup slots and the pointer
-    to the last whole one (an `EpochCheckpoint`) and `log.csv` (`EpochLog`:
-    the columns of `keras.callbacks.CSVLogger`, one row per epoch); its
-    claim (`claim_run`) refused, before any work, a directory where one of
-    those names is someone else's. Running the same call again after a kill
-    restores the weights, optimizer and random states and continues at the
-    next epoch; the backup is deleted when training finishes (or, with
-    `keep_backup=True`, when the caller calls `finish_run` after writing its
-    outputs). The log is kept. `TerminateOnNaN` stops a run whose loss
-    becomes NaN. Datasets with `set_epoch` (`ImageFolderDataset`,
-    `ArrayBatches`) are told each epoch, so the resumed batches equal the
-    uninterrupted run's.
+    With `run`, each epoch writes a backup slot and the pointer to it (an
+    `EpochCheckpoint`) and a row of `log.csv` (`EpochLog`). Running the
+    same call again after a kill restores the weights, optimizer and random
+    states and continues at the next epoch, with the same batches
+    (datasets with `set_epoch` are told each epoch); the backup is deleted
+    when training finishes (with `keep_backup=True`, when the caller calls
+    `finish_run`), the log kept. `TerminateOnNaN` stops a diverged run.
 
-    In a job of several processes the job's engine
-    (`keras_vit.distribution.engines.current()`) does what differs: each
-    process trains on its share of every global batch (a sharded copy of
-    `data`), the gradients are averaged across processes, the held-out
-    numbers are those of the whole `validation_data`, and the engine picks
-    the process that writes the backup and the log (`save_for_job`). A
-    rerun after any process was killed resumes every process from that
-    backup. Before any of it the processes compare their data, model,
-    settings and versions (`keras_vit.workflows.agreement.training_fingerprint`)
-    and stop, every one, with one line naming a difference (`Engine.agree`).
+    In a job of several processes the job's engine (`engines.current()`)
+    does what differs: each process trains on its share of every global
+    batch, the held-out numbers are the whole `validation_data`'s, the
+    engine picks who writes (`save_for_job`), and the processes first
+    compare their data, model, settings and versions, stopping with one
+    line naming a difference (`Engine.agree`).
 
     Args:
         model: a compiled `keras.Model`.
