@@ -13,6 +13,7 @@ from keras_vit.writer.ownership import CHUNK, NO_SPACE, NOT_ALLOWED, abandoned, 
 # The private copies' base name: `.keras_vit-upload.keras_vit-HOST-PID-RANDOM.tmp` in the temporary folder.
 _COPY_BASE = "keras_vit-upload"
 
+
 @contextlib.contextmanager
 def staged_upload(directory, names, required=()):
     """A private copy of `names` from `directory` for an upload; links are refused, never followed.
@@ -33,8 +34,7 @@ def staged_upload(directory, names, required=()):
         ValueError: a name is a link, or not a regular file.
     """
     directory = os.path.abspath(os.fspath(directory))
-    for name in names:
-        _check_not_a_link(directory, name)
+    check_no_links(directory, names)
     scratch = tempfile.gettempdir()
     _remove_abandoned_copies(scratch)
     staging = os.path.join(scratch, private_name(_COPY_BASE, "tmp"))
@@ -94,11 +94,6 @@ def _copy_files(directory, names, required, staging):
                 shutil.copyfileobj(reader, copy, CHUNK)
 
 
-def _check_not_a_link(directory, name):
-    if os.path.islink(os.path.join(directory, name)):
-        raise _link_error(directory, name)
-
-
 def _link_error(directory, name):
     return ValueError(f"{quote(os.path.join(directory, name))} is a symbolic link; keras_vit never follows a link "
                       "out of a directory it uploads (it could send a file from elsewhere, such as a key). Replace "
@@ -107,5 +102,7 @@ def _link_error(directory, name):
 
 def check_no_links(directory, names):
     """Refuse, naming it, any of `names` in `directory` that is a symbolic link."""
+    directory = os.path.abspath(os.fspath(directory))
     for name in names:
-        _check_not_a_link(os.path.abspath(os.fspath(directory)), name)
+        if os.path.islink(os.path.join(directory, name)):
+            raise _link_error(directory, name)

@@ -176,7 +176,7 @@ def test_a_file_an_old_marker_names_without_a_digest_is_the_users(tmp_path):
     tiny_classifier().save_to_preset(preset)
     (preset / "README.md").write_text("# My model\n\nNotes I wrote after the upload.\n")
     names = sorted(name for name in os.listdir(preset) if name != ".keras_vit.json")
-    # The marker exactly as keras_vit of commit 10c0f41 wrote it (mark_directory: a sorted list of names).
+    # The marker exactly as keras_vit of commit 10c0f41 wrote it (a sorted list of names).
     with open(preset / ".keras_vit.json", "w") as file:
         json.dump({"writer": "keras_vit", "kind": "preset", "entries": names}, file)
     before = snapshot(preset)
