@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from keras_vit.writer.files import atomic_directory
+from keras_vit.writer.files import claim
 
 
 def load_digits_split(test_fraction=0.2, seed=0, pixel_range=255.0):
@@ -66,7 +66,7 @@ def write_digits_folder(directory, test_fraction=0.2, seed=0):
     from PIL import Image
 
     (x_train, y_train), (x_test, y_test) = load_digits_split(test_fraction=test_fraction, seed=seed)
-    with atomic_directory(directory, "digits") as staging:
+    with claim(directory, "digits").directory() as staging:
         for part, images, labels in (("train", x_train, y_train), ("test", x_test, y_test)):
             for label in range(10):
                 os.makedirs(os.path.join(staging, part, str(label)))

@@ -36,8 +36,8 @@ import numpy as np
 from keras_vit.data.augment import AugmentPolicy, random_resized_crop
 from keras_vit.data.images import DEFAULT_MAX_PIXELS, ImageFileError, as_transform, open_image, read_image
 from keras_vit.utils import to_pair
-from keras_vit.utils.errors import ArgumentError
-from keras_vit.writer.files import path_relation, quote
+from keras_vit.utils.errors import ArgumentError, quote
+from keras_vit.writer.ownership import path_relation
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 

@@ -24,8 +24,8 @@ from keras_vit.presets import hub
 from keras_vit.presets.kaggle import parse_kaggle_handle
 from keras_vit.presets.formats import READ_FORMATS, detect_config_format
 from keras_vit.presets.registry import PRESETS
-from keras_vit.utils.errors import ArgumentError
-from keras_vit.writer.files import killed_save_copies, quote
+from keras_vit.utils.errors import ArgumentError, quote
+from keras_vit.writer.ownership import killed_save_copies
 
 
 def describe_handles():

@@ -15,7 +15,8 @@ from keras_vit.models.variants import MODEL_SIZES
 from keras_vit.presets import hub
 from keras_vit.presets.keras_vit_format import PRESET_KIND, validate_config
 from keras_vit.presets.load import load_preset
-from keras_vit.writer.files import MARKER, claim, recover_abandoned
+from keras_vit.writer.files import claim, recover_abandoned
+from keras_vit.writer.ownership import MARKER
 from keras_vit.writer.uploads import check_no_links, staged_upload
 
 CARD_FILE = "README.md"

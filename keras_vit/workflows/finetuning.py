@@ -798,24 +798,8 @@ def finetune(
     >>> result = keras_vit.finetune("photos", preset="vit_b16_in21k", image_size=384, output="my_vit")
     >>> result["accuracy"], result["class_names"]
     """
-    check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
-    check_run_length(epochs, steps)
-    check_optional_count(lora_rank, "lora_rank")
-    check_count(patience, "patience")
-    if lora_rank is not None and variant is not None:
-        raise ArgumentError(
-            "{name} trains low-rank updates of frozen pre-trained weights; with `variant` (from scratch) the "
-            "frozen weights would be random and stay so. Give pre-trained weights (`preset`), or leave out "
-            "{name} to train every weight.", "lora_rank", lora_rank)
-    if recipe not in RECIPES:
-        raise ArgumentError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
-    if effective_batch_size not in ("recipe", None):
-        check_count(effective_batch_size, "effective_batch_size")
-    if not os.path.isdir(data_dir):
-        raise ArgumentError(f"No such image folder: {quote(data_dir)}. Give a directory with one subfolder per class.")
-    if validation_dir is not None and not os.path.isdir(validation_dir):
-        raise ArgumentError(f"No such validation folder: {quote(validation_dir)}.")
-    check_held_out(data_dir, validation_dir, "validation_dir")
+    _check_arguments(data_dir, validation_dir, recipe, epochs, steps, batch_size, learning_rate, weight_decay,
+                     effective_batch_size, variant, lora_rank, patience)
     if run_dir == "auto":
         run_dir = default_run_dir(output)
     # The output and the run directory are claimed once, here: never what the run reads (under any name), the
@@ -833,18 +817,7 @@ def finetune(
         print("No output (--output): the fine-tuned model will not be saved"
               + (", and no checkpoints are written." if run_dir is None else "."))
 
-    # Class names first (a cheap directory listing), so the head has the right size.
-    class_names = sorted(name for name in os.listdir(data_dir)
-                         if os.path.isdir(os.path.join(data_dir, name)) and not name.startswith("."))
-    if len(class_names) < 2:
-        raise ValueError(f"{quote(data_dir)} needs at least two class subfolders; found {class_names}.")
-    model = load_for_finetuning(len(class_names), preset=preset, variant=variant, image_size=image_size,
-                                seed=seed)
-    check_finetunable(model)
-    if lora_rank is not None:
-        model.enable_lora(lora_rank)
-    if remat:
-        model.set_remat(True)
+    model, class_names = _model_to_finetune(data_dir, preset, variant, image_size, seed, lora_rank, remat)
     backbone = model.backbone
     train, validation = image_folder_datasets(
         data_dir, tuple(backbone.image_size), num_channels=backbone.num_channels, batch_size=batch_size,
@@ -878,29 +851,11 @@ def finetune(
     if augment.mixes_labels:
         loss = keras.losses.CategoricalCrossentropy(from_logits=model.activation is None)
     if verbose:
-        trained = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
-        lora = f" (LoRA rank {lora_rank}: {trained:,} trainable)" if lora_rank else ""
-        print(f"Backend: {keras.backend.backend()}; fine-tuning {model.count_params():,} parameters{lora} at "
-              f"{backbone.image_size[0]}x{backbone.image_size[1]} on {len(train.paths)} images of "
-              f"{len(class_names)} classes ({len(validation.paths) if validation else 0} held out); recipe "
-              f"{recipe}, batch {batch_size}" + (f" x {accumulation} accumulated" if accumulation > 1 else "") + ".")
-        print(describe_plan(plan, len(train.paths), batch_size, asked_epochs, steps))
-        print(describe_stopping(patience if early_stop else None, validation is not None), flush=True)
-        if engines.current().is_chief():
-            estimate = None
-            if validation is not None and engines.current().process_count() == 1:
-                estimate = _estimate_before_training(validation, plan, batch_size, len(train.paths),
-                                                     keeps_best=keeper is not None)
-            callbacks = [TimeEstimate(epochs, steps_per_epoch, may_stop_early=keeper is not None, estimate=estimate),
-                         *callbacks]
-    settings = {
-        "data_dir": os.path.abspath(data_dir), "validation_dir": validation_dir and os.path.abspath(validation_dir),
-        "preset": preset, "variant": variant, "image_size": list(backbone.image_size), "recipe": recipe,
-        "epochs": epochs, "steps": steps, "passes": plan["passes"], "updates": updates, "batch_size": batch_size, "learning_rate": learning_rate, "weight_decay": weight_decay,
-        "effective_batch_size": effective_batch_size, "validation_split": validation_split, "seed": seed,
-        "augment": repr(augment), "class_names": class_names, "lora_rank": lora_rank,
-        "steps_per_epoch": steps_per_epoch, "patience": patience if keeper is not None else None,
-    }
+        callbacks = _announce(model, train, validation, plan, recipe, batch_size, asked_epochs, steps, lora_rank,
+                              patience if early_stop else None, keeper) + list(callbacks)
+    settings = _run_settings(data_dir, validation_dir, preset, variant, model, recipe, steps, plan, batch_size,
+                             learning_rate, weight_decay, effective_batch_size, validation_split, seed, augment,
+                             class_names, lora_rank, patience if keeper is not None else None)
     fitted = run_training(model, train, optimizer, epochs, run=run, settings=settings, held_out=None,
                           compile_arguments={"loss": loss, "metrics": ["accuracy"]}, validation_data=validation,
                           callbacks=callbacks, verbose=verbose, keep_backup=True)
@@ -912,12 +867,9 @@ def finetune(
         scores = {name: float(value) for name, value in engines.current().evaluate(model, validation).items()}
     if verbose and keeper is not None:
         print(describe_outcome(keeper, epochs, steps_per_epoch // accumulation))
-    if output is not None:  # one writer in a job of several processes; the preset is swapped into place whole
-        # Through the claim made above on the process whose file is kept; where saving is collective the
-        # others write a copy into the engine's scratch path, which is discarded.
-        engines.current().save_for_job(lambda target: write_preset(
-            model, destination if target is destination else claim(target, PRESET_KIND), class_names=class_names),
-            destination)
+    if output is not None:  # the job's engine picks the writer; the preset is swapped into place whole
+        engines.current().save_for_job(lambda claimed: write_preset(model, claimed, class_names=class_names),
+                                       destination)
     finish_run(run)  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": scores.get("accuracy"), "loss": scores.get("loss"), "model": model, "class_names": class_names,
@@ -926,6 +878,81 @@ def finetune(
         "run_dir": run_dir, "accumulation_steps": accumulation, "updates": updates,
         "images_per_update": plan["images_per_update"], "epochs": epochs, "best": best,
         "stopped_early": None if keeper is None else keeper.stopped_early,
+    }
+
+
+def _announce(model, train, validation, plan, recipe, batch_size, asked_epochs, steps, lora_rank, patience, keeper):
+    """Print the run `finetune` is about to make; return the callbacks that report its progress (process 0's)."""
+    backbone, accumulation = model.backbone, plan["accumulation"]
+    trained = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
+    lora = f" (LoRA rank {lora_rank}: {trained:,} trainable)" if lora_rank else ""
+    print(f"Backend: {keras.backend.backend()}; fine-tuning {model.count_params():,} parameters{lora} at "
+          f"{backbone.image_size[0]}x{backbone.image_size[1]} on {len(train.paths)} images of "
+          f"{model.num_classes} classes ({len(validation.paths) if validation else 0} held out); recipe "
+          f"{recipe}, batch {batch_size}" + (f" x {accumulation} accumulated" if accumulation > 1 else "") + ".")
+    print(describe_plan(plan, len(train.paths), batch_size, asked_epochs, steps))
+    print(describe_stopping(patience, validation is not None), flush=True)
+    if not engines.current().is_chief():
+        return []
+    estimate = None
+    if validation is not None and engines.current().process_count() == 1:
+        estimate = _estimate_before_training(validation, plan, batch_size, len(train.paths),
+                                             keeps_best=keeper is not None)
+    return [TimeEstimate(plan["epochs"], plan["steps_per_epoch"], may_stop_early=keeper is not None,
+                         estimate=estimate)]
+
+
+def _check_arguments(data_dir, validation_dir, recipe, epochs, steps, batch_size, learning_rate, weight_decay,
+                     effective_batch_size, variant, lora_rank, patience):
+    """`finetune`'s checks of its arguments, before any claim or work."""
+    check_training_arguments(epochs, batch_size, learning_rate, weight_decay)
+    check_run_length(epochs, steps)
+    check_optional_count(lora_rank, "lora_rank")
+    check_count(patience, "patience")
+    if lora_rank is not None and variant is not None:
+        raise ArgumentError(
+            "{name} trains low-rank updates of frozen pre-trained weights; with `variant` (from scratch) the "
+            "frozen weights would be random and stay so. Give pre-trained weights (`preset`), or leave out "
+            "{name} to train every weight.", "lora_rank", lora_rank)
+    if recipe not in RECIPES:
+        raise ArgumentError(f"Unknown recipe {recipe!r}. Choose one of {sorted(RECIPES)}.")
+    if effective_batch_size not in ("recipe", None):
+        check_count(effective_batch_size, "effective_batch_size")
+    if not os.path.isdir(data_dir):
+        raise ArgumentError(f"No such image folder: {quote(data_dir)}. Give a directory with one subfolder per class.")
+    if validation_dir is not None and not os.path.isdir(validation_dir):
+        raise ArgumentError(f"No such validation folder: {quote(validation_dir)}.")
+    check_held_out(data_dir, validation_dir, "validation_dir")
+
+
+def _model_to_finetune(data_dir, preset, variant, image_size, seed, lora_rank, remat):
+    """`(model, class_names)`: the class names first (a cheap directory listing), so the head has the right size."""
+    class_names = sorted(name for name in os.listdir(data_dir)
+                         if os.path.isdir(os.path.join(data_dir, name)) and not name.startswith("."))
+    if len(class_names) < 2:
+        raise ValueError(f"{quote(data_dir)} needs at least two class subfolders; found {class_names}.")
+    model = load_for_finetuning(len(class_names), preset=preset, variant=variant, image_size=image_size,
+                                seed=seed)
+    check_finetunable(model)
+    if lora_rank is not None:
+        model.enable_lora(lora_rank)
+    if remat:
+        model.set_remat(True)
+    return model, class_names
+
+
+def _run_settings(data_dir, validation_dir, preset, variant, model, recipe, steps, plan, batch_size, learning_rate,
+                  weight_decay, effective_batch_size, validation_split, seed, augment, class_names, lora_rank,
+                  patience):
+    """The run's settings, recorded in its backup's pointer: a resume with others is refused."""
+    return {
+        "data_dir": os.path.abspath(data_dir), "validation_dir": validation_dir and os.path.abspath(validation_dir),
+        "preset": preset, "variant": variant, "image_size": list(model.backbone.image_size), "recipe": recipe,
+        "epochs": plan["epochs"], "steps": steps, "passes": plan["passes"], "updates": plan["updates"],
+        "batch_size": batch_size, "learning_rate": learning_rate, "weight_decay": weight_decay,
+        "effective_batch_size": effective_batch_size, "validation_split": validation_split, "seed": seed,
+        "augment": repr(augment), "class_names": class_names, "lora_rank": lora_rank,
+        "steps_per_epoch": plan["steps_per_epoch"], "patience": patience,
     }
 
 
@@ -949,16 +976,11 @@ def _best_in_run_dir(run, model, class_names):
     if run is None:
         return None, None
     path = os.path.join(run.path, BEST_DIR)
-    claimed = []
 
     def save_best(epoch, best):
-        engine = engines.current()
-        if engine.is_chief() and not claimed:  # best/ is keras_vit's by its own marker (the run's claim checked it)
-            claimed.append(claim(path, PRESET_KIND))
-        kept = claimed[0] if claimed else path  # the other processes only name the scratch copy they discard
-        engine.save_for_job(lambda target: write_preset(
-            model, kept if target is kept else claim(target, PRESET_KIND), class_names=class_names, best=best),
-            kept)
+        # best/ is claimed when written: an epoch passed since the run's claim checked it.
+        engines.current().save_for_job(lambda claimed: write_preset(
+            model, claimed.entry(BEST_DIR), class_names=class_names, best=best), run)
 
     def load_best(model, best):
         import json

@@ -76,11 +76,6 @@ def claim_run(run_dir, inputs=None, argument="run_dir"):
                  directories={**{slot: SLOT_KIND for slot in SLOTS}, BEST_DIR: PRESET_KIND})
 
 
-def on_the_writing_process(run, write):
-    """`write()` on the process whose files the job keeps; the job's engine decides which (`save_for_job`)."""
-    engines.current().save_for_job(lambda target: target is run and write(), run)
-
-
 def finish_run(run):
     """Delete the run's backup slots, pointer and best weights (what keras_vit wrote of them), keeping the log and any file of the user's.
 
@@ -94,11 +89,11 @@ def finish_run(run):
     if run is None:
         return
 
-    def remove():
+    def remove(claimed):
         for name in (POINTER_FILE, *SLOTS, BEST_DIR):  # the pointer first: never one naming a removed slot
-            run.remove(name)
+            claimed.remove(name)
 
-    on_the_writing_process(run, remove)
+    engines.current().save_for_job(remove, run)
 
 
 def _seed_states(model):
@@ -202,13 +197,9 @@ class EpochCheckpoint(keras.callbacks.Callback):
         if self.model.stop_training and any(not np.isfinite(v) for v in (logs or {}).values() if np.ndim(v) == 0):
             return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
         slot = SLOTS[1] if self.slot == SLOTS[0] else SLOTS[0]  # the one the pointer does not name
-        path = os.path.join(self.run.path, slot)
 
-        def write(target):
-            if target != path:  # a collective save's discarded copy: Keras needs every process in the save
-                files.write_model_file(self.model, os.path.join(os.path.dirname(target), CHECKPOINT_WEIGHTS), True)
-                return
-            with self.run.new_directory(slot) as staging:
+        def write(run):
+            with run.new_directory(slot) as staging:
                 files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
                 if getattr(self.model, "lora_enabled", False):
                     np.savez(os.path.join(staging, CHECKPOINT_LORA), **self.model.lora_weights())
@@ -219,9 +210,9 @@ class EpochCheckpoint(keras.callbacks.Callback):
                     "keepers": self.kept_state(),
                 })
             # The slot is whole on disk: only now does the pointer name it (replaced in one step).
-            self.run.save_json(POINTER_FILE, {"slot": slot, "epoch": epoch + 1, "settings": self.settings})
+            run.save_json(POINTER_FILE, {"slot": slot, "epoch": epoch + 1, "settings": self.settings})
 
-        engines.current().save_for_job(write, path)
+        engines.current().save_for_job(write, self.run)
         self.slot = slot
 
 
@@ -266,36 +257,27 @@ class EpochLog(keras.callbacks.Callback):
         keys = self.rows[0].split(",")[1:]
         self.rows.append(",".join([str(epoch), *(str(logs.get(key, "NA")) for key in keys)]))
         text = "".join(row + "\n" for row in self.rows)
-        on_the_writing_process(self.run, lambda: self.run.save_text(LOG_FILE, text))
+        engines.current().save_for_job(lambda run: run.save_text(LOG_FILE, text), self.run)
 
 
 def fit_resumable(model, data, epochs, run=None, settings=None, validation_data=None, callbacks=(), verbose=1,
                   keep_backup=False):
     """`model.fit` that checkpoints every epoch into the run directory `run` and resumes from it.
 
-    With `run`, the run directory holds two backup slots and the pointer
-    to the last whole one (an `EpochCheckpoint`) and `log.csv` (`EpochLog`:
-    the columns of `keras.callbacks.CSVLogger`, one row per epoch); its
-    claim (`claim_run`) refused, before any work, a directory where one of
-    those names is someone else's. Running the same call again after a kill
-    restores the weights, optimizer and random states and continues at the
-    next epoch; the backup is deleted when training finishes (or, with
-    `keep_backup=True`, when the caller calls `finish_run` after writing its
-    outputs). The log is kept. `TerminateOnNaN` stops a run whose loss
-    becomes NaN. Datasets with `set_epoch` (`ImageFolderDataset`,
-    `ArrayBatches`) are told each epoch, so the resumed batches equal the
-    uninterrupted run's.
+    With `run`, each epoch writes a backup slot and the pointer to it (an
+    `EpochCheckpoint`) and a row of `log.csv` (`EpochLog`). Running the
+    same call again after a kill restores the weights, optimizer and random
+    states and continues at the next epoch, with the same batches
+    (datasets with `set_epoch` are told each epoch); the backup is deleted
+    when training finishes (with `keep_backup=True`, when the caller calls
+    `finish_run`), the log kept. `TerminateOnNaN` stops a diverged run.
 
-    In a job of several processes the job's engine
-    (`keras_vit.distribution.engines.current()`) does what differs: each
-    process trains on its share of every global batch (a sharded copy of
-    `data`), the gradients are averaged across processes, the held-out
-    numbers are those of the whole `validation_data`, and the engine picks
-    the process that writes the backup and the log (`save_for_job`). A
-    rerun after any process was killed resumes every process from that
-    backup. Before any of it the processes compare their data, model,
-    settings and versions (`keras_vit.workflows.agreement.training_fingerprint`)
-    and stop, every one, with one line naming a difference (`Engine.agree`).
+    In a job of several processes the job's engine (`engines.current()`)
+    does what differs: each process trains on its share of every global
+    batch, the held-out numbers are the whole `validation_data`'s, the
+    engine picks who writes (`save_for_job`), and the processes first
+    compare their data, model, settings and versions, stopping with one
+    line naming a difference (`Engine.agree`).
 
     Args:
         model: a compiled `keras.Model`.
@@ -331,7 +313,7 @@ def fit_resumable(model, data, epochs, run=None, settings=None, validation_data=
         checkpoint = EpochCheckpoint(run, settings, keepers=keepers)
         initial_epoch = engine.restore(checkpoint, model)
         if initial_epoch:
-            on_the_writing_process(run, lambda: _trim_log(run, initial_epoch))
+            engine.save_for_job(lambda claimed: _trim_log(claimed, initial_epoch), run)
             if verbose:
                 print(f"Resuming from the checkpoint in {quote(run.given)}: {initial_epoch} of {epochs} epochs done.")
         # The log's row first, then the backup: a kill between leaves the log one row ahead, which the

@@ -197,11 +197,5 @@ def write_model(model, destination):
         destination: the `keras_vit.writer.files.Destination` of the file
             (`claim(path, FILE)`), made by the command at its start.
     """
-    def write(target):
-        if target is destination:  # the process whose file is kept: through the claim
-            files.save_model(model, destination)
-        else:  # a collective save's discarded copy, a path in the engine's scratch directory
-            files.write_model_file(model, target)
-
     with optimizer_set_aside(model):
-        engines.current().save_for_job(write, destination)
+        engines.current().save_for_job(lambda claimed: files.save_model(model, claimed), destination)

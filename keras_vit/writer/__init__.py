@@ -1,12 +1,11 @@
 """The one writer: every file keras_vit writes, renames or removes goes through this package.
 
-- `keras_vit.writer.ownership` decides, reading only: ownership markers,
-  identity of paths, private names, the checks made before any work.
+- `keras_vit.writer.ownership` decides, reading only: ownership markers and
+  digests, identity of paths, private names, a claim's checks.
 - `keras_vit.writer.files` writes: the claim (`claim`, `Destination`), a
   file replaced in one step (`atomic_write`), a directory built under a
   private name and swapped in, the cleanup of abandoned staging.
-- `keras_vit.writer.uploads` writes only its private copy of a directory
-  for an upload.
+- `keras_vit.writer.uploads` writes only its private copy for an upload.
 
 It imports only `keras_vit.utils` of keras_vit, so every package above can
 write through it.

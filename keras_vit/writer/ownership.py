@@ -1,23 +1,19 @@
-"""What keras_vit may write, decided before any work: ownership, identity, private names, names and places.
-
-The writer's read-only half (`keras_vit.writer.files` writes):
+"""What keras_vit may write, decided before any work. This module reads; it never writes.
 
 - **Ownership by content.** A directory keras_vit writes carries a marker,
-  `.keras_vit.json`, naming its kind and each entry keras_vit wrote with the
-  SHA-256 of what it wrote. An entry is ours only while its content is what
-  we wrote; a file keras_vit cannot prove it wrote (no digest, as in markers
-  written before content hashes, or another digest) is the user's.
-- **Identity, not spelling.** Two paths are compared by the device and inode
-  numbers of the file and of every directory above it, so a symbolic link,
-  `..`, a hard link or a bind mount cannot hide that an output is, holds or
-  lies inside an input.
-- **Private names.** Staging, retired and temporary names are
-  `.NAME.keras_vit-HOST-PID-RANDOM.ROLE` (HOST: a tag of the hostname and
-  the PID namespace); one whose process ended on this host, in this PID
-  namespace, is abandoned: keras_vit's, to clean, never a user's file.
-- **Checks before the work**: only a regular file or a directory keras_vit
-  owns is written over; a name must leave room for its private name; an
-  output's parent must be writable.
+  `.keras_vit.json`, naming its kind and each entry keras_vit wrote with its
+  SHA-256. An entry is ours only while it holds what we wrote; anything
+  else (a file the user added or edited, an old marker's name without a
+  digest) is the user's.
+- **Identity, not spelling.** Paths are compared by the device and inode of
+  the file and of every directory above it: a link, `..`, a hard link or a
+  bind mount cannot hide that an output is, holds or lies inside an input.
+- **Private names** are `.NAME.keras_vit-HOST-PID-RANDOM.ROLE` (HOST: a tag
+  of the hostname and the PID namespace); one whose process ended here is
+  abandoned: keras_vit's to clean, never a user's file.
+- **A claim's checks** (`check_output`), made once at a command's start.
+
+`keras_vit.writer.files` writes. Why each rule: docs/reliability.md, "The writer".
 """
 
 import errno
@@ -29,20 +25,30 @@ import secrets
 import socket
 import stat
 
-from keras_vit.utils.errors import ArgumentError, quote  # noqa: F401 (the writer's messages)
+from keras_vit.utils.errors import ArgumentError, quote
 
 MARKER = ".keras_vit.json"
-# Directory kinds whose replacement keeps the user's plain files in them (hard links in the new directory;
-# a user's directory there is refused); the others refuse a directory that holds anything keras_vit did not
-# write there.
+# What keras_vit writes at a path: `FILE` (one file, whatever its format: its name says which,
+# `output_format`), or the kind of directory its marker records ("preset", "run", "huggingface", ...).
+FILE = "file"
+# Directory kinds whose replacement keeps the user's plain files in them (as hard links); the others refuse
+# a directory holding anything keras_vit did not write there.
 KEEPS_USERS_FILES = ("huggingface",)
 CHUNK = 1 << 20  # bytes read at a time
 # The failures of a write that name their cause and fix for the user: a full disk (or quota), and a refusal.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
+# The one place a command's output format is named: by the ending of the name; any other name is a directory.
+OUTPUT_FILE_FORMATS = {".keras": "keras", ".weights.h5": "weights", ".safetensors": "safetensors"}
 
 
-# === Names, processes ===
+def output_format(path):
+    """The format of file an output path names: `"keras"`, `"weights"`, `"safetensors"`, or `None` (a directory)."""
+    lower = os.fspath(path).lower()
+    return next((found for ending, found in OUTPUT_FILE_FORMATS.items() if lower.endswith(ending)), None)
+
+
+# === Private names ===
 
 
 def _pid_namespace():
@@ -54,12 +60,7 @@ def _pid_namespace():
 
 
 def _host_tag():
-    """A tag of where a PID means one process: the hostname and the PID namespace.
-
-    Two containers sharing a hostname and a folder (or TMPDIR) see each
-    other's PIDs as ended; with the namespace in the tag, another
-    namespace's private names are never taken for an ended process's.
-    """
+    """Where a PID means one process: the hostname and the PID namespace (two containers may share a hostname)."""
     return hashlib.sha256(f"{socket.gethostname()}\0{_pid_namespace()}".encode()).hexdigest()[:8]
 
 
@@ -72,37 +73,47 @@ def private_name(base, role, suffix=""):
     return f".{base}.keras_vit-{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.{role}{suffix}"
 
 
-def _process_alive(pid):
+def abandoned(name, base=None):
+    """True if `name` is a private name of ours (for `base`, if given) whose process, on this host, has ended."""
+    match = _PRIVATE.match(name)
+    if match is None or match["host"] != _host_tag() or base is not None and match["base"] != base:
+        return False
+    pid = int(match["pid"])
+    if pid == os.getpid():
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
         return True
-    return True
-
-
-def abandoned_copy(name, base):
-    """True if `name` is a private name of ours for `base` whose process, on this host, has ended."""
-    match = _PRIVATE.match(name)
-    if match is None or match["base"] != base or match["host"] != _host_tag():
+    except PermissionError:  # alive, another user's
         return False
-    pid = int(match["pid"])
-    return pid != os.getpid() and not _process_alive(pid)
+    return False
 
 
-def abandoned_private(name):
-    """True if `name` is any private name of ours (staging, retired, temporary) whose process, here, has ended.
+def killed_save_copies(path):
+    """What a killed save of a missing `path` left beside it: `(restorable, not_ours)`.
 
-    Such an entry is keras_vit's, never the user's, wherever it is found
-    (inside a directory a killed save was writing): it is removed, never
-    kept or carried as a user's file.
+    Where the system has no atomic exchange, a save moves the old directory
+    aside (`.NAME.keras_vit-HOST-PID-RANDOM.old`) before moving the new one
+    in; a kill between leaves `path` missing. Only such names of an ended
+    process here count: `restorable` is the newest that is keras_vit's (a
+    directory with our marker) or `None`; `not_ours` lists the others (a
+    link, a file, an unmarked directory), never read, followed or moved.
     """
-    match = _PRIVATE.match(name)
-    if match is None or match["host"] != _host_tag():
-        return False
-    pid = int(match["pid"])
-    return pid != os.getpid() and not _process_alive(pid)
+    path = os.path.abspath(os.fspath(path))
+    parent, base = os.path.split(path)
+    if os.path.lexists(path) or not os.path.isdir(parent):
+        return None, []
+    restorable, not_ours = [], []
+    for name in sorted(os.listdir(parent)):
+        if not (abandoned(name, base) and name.endswith(".old")):
+            continue
+        entry = os.path.join(parent, name)
+        if os.path.isdir(entry) and not os.path.islink(entry) and read_marker(entry)[0] is not None:
+            restorable.append(entry)
+        else:
+            not_ours.append(entry)
+    return (max(restorable, key=os.path.getmtime) if restorable else None), not_ours
 
 
 # === Ownership ===
@@ -118,11 +129,10 @@ def digest_of(path):
             directories.sort()
             for name in sorted(directories + files):
                 entry = os.path.join(directory, name)
-                relative = os.path.relpath(entry, path)
                 if name == MARKER and directory == path:
                     continue
                 part = "link" if os.path.islink(entry) else ("dir" if os.path.isdir(entry) else digest_of(entry))
-                digest.update(f"{relative}\0{part}\0".encode())
+                digest.update(f"{os.path.relpath(entry, path)}\0{part}\0".encode())
         return "tree:" + digest.hexdigest()
     with open(path, "rb") as file:
         for chunk in iter(lambda: file.read(CHUNK), b""):
@@ -134,8 +144,7 @@ def read_marker(directory):
     """`(kind, entries)` of the marker in `directory` (entries: `{name: digest}`), or `(None, {})`.
 
     A marker written before content hashes lists names only: each gets the
-    digest `None`, and is not ours (keras_vit cannot prove it wrote what is
-    there now: a model card the user edited since).
+    digest `None`, and is not ours (nothing proves what is there now is).
     """
     try:
         with open(os.path.join(directory, MARKER), encoding="utf-8") as file:
@@ -153,80 +162,35 @@ def read_marker(directory):
 
 
 def owns(directory, name, entries):
-    """True if `directory/name` holds what keras_vit recorded writing there."""
-    if name not in entries:
-        return False
-    path = os.path.join(directory, name)
-    recorded = entries[name]
-    if recorded is None:  # an old marker's name without a digest: nothing proves the content is ours
+    """True if `directory/name` holds what keras_vit recorded writing there (`entries` of its marker)."""
+    recorded = entries.get(name)
+    if recorded is None:  # not recorded, or an old marker's name without a digest
         return False
     # A list: a file being replaced, recorded before it is put in place (its old content or its new one).
-    accepted = recorded if isinstance(recorded, list) else [recorded]
     try:
-        return digest_of(path) in accepted
+        return digest_of(os.path.join(directory, name)) in (recorded if isinstance(recorded, list) else [recorded])
     except OSError:
         return False
 
 
 def foreign_entries(directory, kind):
-    """Entries of an existing `directory` that keras_vit did not write there as a `kind` directory.
-
-    An entry we wrote whose content changed since (an edited model card) is
-    the user's, and is listed.
-    """
-    names = {name for name in os.listdir(directory) if name != MARKER and not abandoned_private(name)}
+    """Entries of an existing `directory` that keras_vit did not write there as a `kind` directory (edited ones too)."""
+    names = {name for name in os.listdir(directory) if name != MARKER and not abandoned(name)}
     marked_kind, entries = read_marker(directory)
     if marked_kind != kind:
         return sorted(names)
     return sorted(name for name in names if not owns(directory, name, entries))
 
 
-# === Checks made before any work ===
-
-
-def check_not_nested(output, others, argument=None):
-    """Refuse an output that is, contains, or lies inside one of `others` (`{what: path or paths}`).
-
-    Links and `..` are resolved first, so `./sub/../m.keras` and a link to
-    `m.keras` are `m.keras`.
-
-    Raises:
-        ArgumentError: e.g. "`output` ... is the model ...".
-    """
-    if output is None:
-        return
-    for what, paths in dict(others).items():
-        for other in [paths] if isinstance(paths, (str, os.PathLike)) or paths is None else paths:
-            relation = None if other is None else path_relation(output, other)
-            if relation is None:
-                continue
-            raise ArgumentError(f"{{name}} {quote(output)} {relation} the {what} {quote(other)}; writing it would "
-                                "replace or mix with what the command reads. Choose a path outside it.", argument)
-
-
-# What the writer writes for an output path, by the ending of the name the user gave it; any other name is a
-# directory (a preset, a Hugging Face or an export directory). The one place a command's output format is named.
-OUTPUT_FILE_FORMATS = {".keras": "keras", ".weights.h5": "weights", ".safetensors": "safetensors"}
-
-
-def output_format(path):
-    """The format of file an output path names: `"keras"`, `"weights"`, `"safetensors"`, or `None` (a directory)."""
-    lower = os.fspath(path).lower()
-    return next((found for ending, found in OUTPUT_FILE_FORMATS.items() if lower.endswith(ending)), None)
+# === Identity ===
 
 
 def path_relation(path, other):
-    """How `path` stands to `other`, by the identity of each file and directory on their paths.
+    """How `path` stands to `other`: `"is"`, `"contains"`, `"lies inside"`, or `None`.
 
-    Two names of one file or directory (a symbolic link, `..`, a hard link,
-    a bind mount) are the same: `realpath` cannot see a bind mount, but the
-    device and inode numbers (`st_dev`, `st_ino`) of the directory are the
-    same under either name. Parts of a path that do not exist yet are
-    compared by their resolved spelling.
-
-    Returns:
-        `"is"`, `"contains"`, `"lies inside"`, or `None` when neither holds
-        any part of the other.
+    Compared by the identity (`st_dev`, `st_ino`) of each file and directory
+    on the two paths, which a link, `..`, a hard link or a bind mount cannot
+    change; parts that do not exist yet by their resolved spelling.
     """
     mine, theirs = _identity_chain(path), _identity_chain(other)
     if mine[0] == theirs[0]:
@@ -239,11 +203,7 @@ def path_relation(path, other):
 
 
 def _identity_chain(path):
-    """The identities of `path` and of every directory above it, nearest first.
-
-    An existing entry is its `(st_dev, st_ino)`; a missing one, its resolved
-    absolute spelling.
-    """
+    """The identities of `path` and of every directory above it, nearest first."""
     current = os.path.realpath(os.fspath(path))
     chain = []
     while True:
@@ -258,18 +218,71 @@ def _identity_chain(path):
         current = parent
 
 
-def check_replaceable(path, kind, argument=None, names=()):
-    """Refuse, before any work, to replace directory `path` where that would replace a user's file.
-
-    A missing path or an empty directory may be written; so may a directory
-    whose marker says it is a `kind` directory and that holds nothing else.
-    For a kind that keeps the user's files (`KEEPS_USERS_FILES`), only the
-    `names` the new directory needs must be free or ours, and none of the
-    user's entries may be a directory (`check_no_users_directories`).
+def check_not_nested(output, others, argument=None):
+    """Refuse an output that is, contains, or lies inside one of `others` (`{what: path or paths}`), under any name.
 
     Raises:
-        ArgumentError: naming the path, the files that are not ours, and
-            the argument to change.
+        ArgumentError: e.g. "`output` ... is the model ...".
+    """
+    if output is None:
+        return
+    for what, paths in dict(others).items():
+        for other in [paths] if isinstance(paths, (str, os.PathLike)) or paths is None else paths:
+            relation = None if other is None else path_relation(output, other)
+            if relation is not None:
+                raise ArgumentError(f"{{name}} {quote(output)} {relation} the {what} {quote(other)}; writing it "
+                                    "would replace or mix with what the command reads. Choose a path outside it.",
+                                    argument)
+
+
+# === A claim's checks, before any work ===
+
+
+def check_output(path, kind, *, given=None, argument=None, inputs=None, names=None, directories=None, reserved=(),
+                 make_parents=True):
+    """Refuse, before any work, an output (as `keras_vit.writer.files.claim` takes it) that would lose a user's file or fail after the work.
+
+    Raises:
+        ArgumentError: naming the path, the problem, the fix and the argument.
+    """
+    given = path if given is None else given
+    if not make_parents and not os.path.isdir(os.path.dirname(path)):
+        raise ArgumentError(f"Cannot write {{name}} {quote(given)}: the directory {quote(os.path.dirname(path))} "
+                            "does not exist. Create it first.", argument)
+    if inputs:
+        check_not_nested(given, inputs, argument)
+    for target in [path] if names is None else [os.path.join(path, name) for name in names]:
+        check_name_length(target, argument, shown=given if target == path else None)
+    if names is None and os.path.lexists(path) and os.path.ismount(path):
+        raise ArgumentError(
+            f"{{name}} {quote(given)} is a mount point; keras_vit replaces an output by renaming a new one into "
+            "its place, which a mount point does not allow. Write into it, not over it: give a path inside it, "
+            f"such as {quote(os.path.join(given, 'model'))}.", argument)
+    if kind == FILE:
+        check_writable(given, argument)
+    elif names is not None:
+        check_writable_names(path, [name for name in names if name not in (directories or {})], kind, argument)
+        for name, entry_kind in (directories or {}).items():
+            check_replaceable(os.path.join(path, name), entry_kind, argument)
+        _check_parent_writable(os.path.join(path, names[0] if names else "."), argument)  # what exists above
+    else:
+        check_replaceable(path, kind, argument, names=reserved)
+        retired = killed_save_copies(path)[0]
+        if retired is not None:  # the save moves a killed save's copy back first: checked now, not after
+            check_replaceable(retired, kind, argument, names=reserved)
+        _check_parent_writable(path, argument)  # the new directory is built beside it (a read-only mount)
+
+
+def check_replaceable(path, kind, argument=None, names=()):
+    """Refuse to replace directory `path` where that would replace a user's file.
+
+    A missing path, an empty directory or one that holds only what
+    keras_vit wrote there as a `kind` directory may be replaced. A kind that
+    keeps the user's files (`KEEPS_USERS_FILES`) needs only `names` free or
+    ours, and none of the user's entries a directory.
+
+    Raises:
+        ArgumentError: naming the path, the entries that are not ours and the argument.
     """
     path = os.fspath(path)
     if not os.path.lexists(path):
@@ -295,50 +308,37 @@ def check_replaceable(path, kind, argument=None, names=()):
             "keras_hub are imported), or the backbone alone with `keras_vit`: "
             "`task.backbone.save_to_preset(another_directory)`.", argument)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise ArgumentError(
-            f"{{name}} {quote(path)} holds files keras_vit did not write there ({shown}); writing the {kind} "
-            "there would replace them. Choose a new or empty directory.", argument)
+            f"{{name}} {quote(path)} holds files keras_vit did not write there ({_shown(foreign)}); writing the "
+            f"{kind} there would replace them. Choose a new or empty directory.", argument)
+
+
+def _shown(names):
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def check_no_users_directories(path, foreign, argument=None):
     """Refuse a directory to replace whole that holds directories of the user's (of `foreign`), naming each.
 
-    The user's plain files are kept in the new directory as hard links (the
-    same file, never a copy); a directory cannot be linked, and a copy is a
-    second version (a save into the original during the export is lost, a
-    hard link splits, another user's directory changes owner, a mount point
-    is moved). So none is copied, moved or read: refused before any work.
-
-    Raises:
-        ArgumentError: naming the path, each directory and the fix.
+    The user's plain files are kept as hard links (the same file); a
+    directory cannot be linked, and a copy would be a second version, so
+    none is copied, moved or read.
     """
-    directories = [name for name in foreign if stat.S_ISDIR(_lstat_mode(os.path.join(path, name)))]
+    directories = [name for name in foreign if os.path.isdir(os.path.join(path, name))
+                   and not os.path.islink(os.path.join(path, name))]
     if directories:
-        shown = ", ".join(directories[:5]) + (f" and {len(directories) - 5} more" if len(directories) > 5 else "")
         raise ArgumentError(
-            f"{{name}} {quote(path)} holds directories keras_vit did not write ({shown}); keras_vit replaces this "
-            "directory whole and keeps only your plain files in it, never a directory (it would have to copy "
-            f"it). Move them out of {quote(path)}, or export to another directory.", argument)
-
-
-def _lstat_mode(path):
-    try:
-        return os.lstat(path).st_mode
-    except OSError:
-        return 0
-
-
-# The file keras-hub's `PresetSaver.save_task` writes before it calls the backbone's `save_to_preset`.
-_KERAS_HUB_TASK_FILE = "task.json"
+            f"{{name}} {quote(path)} holds directories keras_vit did not write ({_shown(directories)}); keras_vit "
+            "replaces this directory whole and keeps only your plain files in it, never a directory (it would have "
+            f"to copy it). Move them out of {quote(path)}, or export to another directory.", argument)
 
 
 def _written_by_keras_hub(directory, foreign):
-    """True if `foreign` holds keras-hub's `task.json` (a Keras object registered as `keras_hub>...`)."""
-    if _KERAS_HUB_TASK_FILE not in foreign:
+    """True if `foreign` holds keras-hub's `task.json` (written by `PresetSaver.save_task` before the backbone's save)."""
+    if "task.json" not in foreign:
         return False
     try:
-        with open(os.path.join(directory, _KERAS_HUB_TASK_FILE), encoding="utf-8") as file:
+        with open(os.path.join(directory, "task.json"), encoding="utf-8") as file:
             document = json.load(file)
     except (OSError, ValueError):
         return False
@@ -346,11 +346,7 @@ def _written_by_keras_hub(directory, foreign):
 
 
 def check_writable_names(directory, names, kind, argument=None):
-    """Refuse, before any work, to write `names` into `directory` where one of them is not ours.
-
-    Other files in the directory are left alone: only the names keras_vit is
-    about to write must be free, or hold what keras_vit wrote there (as a
-    `kind` directory).
+    """Refuse to write `names` into `directory` where one is not free, nor what keras_vit wrote there as `kind`.
 
     Raises:
         ArgumentError: naming the directory, the names taken and the argument.
@@ -376,15 +372,7 @@ _NODE_TYPES = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", s
 
 
 def check_regular(path, argument=None):
-    """Refuse, by name, an existing `path` that is neither a regular file nor a directory (nor a link to one).
-
-    keras_vit replaces only regular files and directories: writing over a
-    device such as `/dev/null`, a FIFO or a socket would replace something
-    the system or another program uses.
-
-    Raises:
-        ArgumentError: naming the path, what it is and the fix.
-    """
+    """Refuse an existing `path` that is neither a regular file nor a directory (a device, a FIFO, a socket)."""
     try:
         mode = os.stat(path).st_mode
     except OSError:  # missing, or a dangling link (replaced by the file, never followed)
@@ -398,11 +386,10 @@ def check_regular(path, argument=None):
 
 
 def check_writable(path, argument=None):
-    """Fail at once if file `path` cannot be written, before any long work.
+    """Refuse, before any long work, a file `path` that cannot be written (a directory, a missing or read-only parent).
 
     Raises:
-        ArgumentError: `path` is a directory, or its parent directory is
-            missing or not writable; the message names the path and the fix.
+        ArgumentError: naming the path and the fix.
     """
     path = os.fspath(path)
     label = "{name} " if argument else ""
@@ -424,15 +411,7 @@ _PRIVATE_OVERHEAD = len(".") + len(".keras_vit-") + 8 + 1 + 7 + 1 + 8 + max(len(
 
 
 def check_name_length(path, argument=None, shown=None):
-    """Refuse, before any work, a name too long for the private name the writer first writes it under.
-
-    The file system allows names of `NAME_MAX` bytes (usually 255); the
-    writer builds each output under a longer private name beside it, so the
-    output's own name must leave room for it.
-
-    Raises:
-        ArgumentError: naming the user's path, its length and the limit.
-    """
+    """Refuse a name too long for the private name it is first written under (`NAME_MAX` less the overhead)."""
     parent = os.path.dirname(os.path.abspath(path))
     while parent != os.path.dirname(parent) and not os.path.isdir(parent):
         parent = os.path.dirname(parent)
@@ -450,7 +429,7 @@ def check_name_length(path, argument=None, shown=None):
             "written under a longer private name beside it). Choose a shorter name.", argument)
 
 
-def check_parent_writable(path, argument):
+def _check_parent_writable(path, argument):
     parent = os.path.dirname(path)
     while parent and not os.path.exists(parent):
         parent = os.path.dirname(parent)

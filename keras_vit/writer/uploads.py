@@ -7,10 +7,12 @@ import shutil
 import stat
 import tempfile
 
-from keras_vit.writer.ownership import CHUNK, NO_SPACE, NOT_ALLOWED, abandoned_copy, private_name, quote
+from keras_vit.utils.errors import quote
+from keras_vit.writer.ownership import CHUNK, NO_SPACE, NOT_ALLOWED, abandoned, private_name
 
 # The private copies' base name: `.keras_vit-upload.keras_vit-HOST-PID-RANDOM.tmp` in the temporary folder.
 _COPY_BASE = "keras_vit-upload"
+
 
 @contextlib.contextmanager
 def staged_upload(directory, names, required=()):
@@ -32,8 +34,7 @@ def staged_upload(directory, names, required=()):
         ValueError: a name is a link, or not a regular file.
     """
     directory = os.path.abspath(os.fspath(directory))
-    for name in names:
-        _check_not_a_link(directory, name)
+    check_no_links(directory, names)
     scratch = tempfile.gettempdir()
     _remove_abandoned_copies(scratch)
     staging = os.path.join(scratch, private_name(_COPY_BASE, "tmp"))
@@ -52,7 +53,7 @@ def _remove_abandoned_copies(scratch):
     """Delete the private copies that killed uploads left: of ended processes on this host only."""
     with contextlib.suppress(OSError):
         for name in os.listdir(scratch):
-            if abandoned_copy(name, _COPY_BASE):
+            if abandoned(name, _COPY_BASE):
                 shutil.rmtree(os.path.join(scratch, name), ignore_errors=True)
 
 
@@ -93,11 +94,6 @@ def _copy_files(directory, names, required, staging):
                 shutil.copyfileobj(reader, copy, CHUNK)
 
 
-def _check_not_a_link(directory, name):
-    if os.path.islink(os.path.join(directory, name)):
-        raise _link_error(directory, name)
-
-
 def _link_error(directory, name):
     return ValueError(f"{quote(os.path.join(directory, name))} is a symbolic link; keras_vit never follows a link "
                       "out of a directory it uploads (it could send a file from elsewhere, such as a key). Replace "
@@ -106,5 +102,7 @@ def _link_error(directory, name):
 
 def check_no_links(directory, names):
     """Refuse, naming it, any of `names` in `directory` that is a symbolic link."""
+    directory = os.path.abspath(os.fspath(directory))
     for name in names:
-        _check_not_a_link(os.path.abspath(os.fspath(directory)), name)
+        if os.path.islink(os.path.join(directory, name)):
+            raise _link_error(directory, name)

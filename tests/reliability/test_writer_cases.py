@@ -80,7 +80,7 @@ def _alias(kind, real, alias):
 @one_backend
 def test_relation_of_paths_is_by_identity_over_drawn_aliases(tmp_path):
     # main: through a bind mount, `path_relation` saw two unrelated paths wherever one side was the alias.
-    from keras_vit.writer.files import path_relation
+    from keras_vit.writer.ownership import path_relation
 
     real = tmp_path / "real"
     nodes = ["", "a", "a/b", "a/b/c", "a/d", "e", "e/f"]
@@ -176,7 +176,7 @@ def test_a_file_an_old_marker_names_without_a_digest_is_the_users(tmp_path):
     tiny_classifier().save_to_preset(preset)
     (preset / "README.md").write_text("# My model\n\nNotes I wrote after the upload.\n")
     names = sorted(name for name in os.listdir(preset) if name != ".keras_vit.json")
-    # The marker exactly as keras_vit of commit 10c0f41 wrote it (mark_directory: a sorted list of names).
+    # The marker exactly as keras_vit of commit 10c0f41 wrote it (a sorted list of names).
     with open(preset / ".keras_vit.json", "w") as file:
         json.dump({"writer": "keras_vit", "kind": "preset", "entries": names}, file)
     before = snapshot(preset)

@@ -6,7 +6,7 @@ fails on any outside the writer module, except:
 
 - a call inside a `with` block of one of the writer's staging methods
   (`claim(...).directory()`, `.staged()`, `.new_directory()`, `.file()`,
-  `atomic_directory`, `atomic_write`): it writes into the private path the
+  `atomic_write`): it writes into the private path the
   writer gave, which the writer then records and swaps into place;
 - the few in `EXCEPTIONS`, each with its reason.
 
@@ -46,7 +46,7 @@ WRITING_METHODS = {"write_text", "write_bytes", "unlink", "rename", "rmdir", "sa
 OWN_API = {"save_to_preset"}
 
 # The writer's methods and functions whose `with` block is handed a private staging path to write into.
-STAGING = {"directory", "staged", "new_directory", "file", "atomic_directory", "atomic_write"}
+STAGING = {"directory", "staged", "new_directory", "file", "atomic_write"}
 
 # (module, function, call) -> why it is allowed outside the writer (and outside a staging block).
 EXCEPTIONS = {

@@ -85,3 +85,64 @@ def refuses(run):
         raise ValueError("`run` is the run directory's claim")
 '''
     assert path_or_claim_branches(ast.parse(source), "m.py") == ["m.py:3 both", "m.py:7 also_both"]
+
+
+def second_guessed_saves(tree, module):
+    """`module:line` of each `save_for_job(write, claim)` whose `write` claims a path or asks which claim it got.
+
+    The job's engine alone decides who writes (`save_for_job`): it hands `write` the claim to write through
+    (the caller's, or its discarded twin in scratch). A `write` that compares what it got (`target is
+    destination`, `target != path`) or claims what it got (`claim(target, ...)`) decides again.
+    """
+    functions = {node.name: node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef,
+                                                                                ast.AsyncFunctionDef))}
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "save_for_job" and node.args):
+            continue
+        write = node.args[0]
+        body = functions.get(write.id) if isinstance(write, ast.Name) else write
+        if body is None:
+            continue
+        given = {argument.arg for argument in body.args.args}  # the name of the claim `write` is handed
+        for inner in ast.walk(body):
+            if isinstance(inner, ast.Compare):
+                used = [inner.left, *inner.comparators]
+            elif isinstance(inner, ast.Call) and getattr(inner.func, "id", getattr(inner.func, "attr", None)) == "claim":
+                used = inner.args
+            else:
+                continue
+            if any(isinstance(name, ast.Name) and name.id in given for name in used):
+                found.append(f"{module}:{node.lineno}")
+                break
+    return found
+
+
+@pytest.mark.one_backend("reads the package's source")
+def test_who_writes_in_a_job_is_decided_by_the_engine_alone():
+    # main (7ed6047): finetuning.py's output and best/ saves, training.write_model and the epoch backup each
+    # asked which claim `save_for_job` had handed them and claimed the scratch path themselves.
+    found = [place for _, module, tree in package_modules() for place in second_guessed_saves(tree, module)]
+    assert not found, ("These saves decide again who writes: write through the claim `save_for_job` hands "
+                       "`write`, whichever it is.\n" + "\n".join(found))
+
+
+@pytest.mark.one_backend("reads the package's source")
+def test_the_scan_finds_a_write_that_decides_again():
+    source = '''
+def f(model, destination):
+    engine.save_for_job(lambda target: write(model, destination if target is destination else claim(target)),
+                        destination)
+
+def g(model, run):
+    def write(target):
+        if target != run.path:
+            return
+        run.save()
+    engine.save_for_job(write, run)
+
+def h(model, destination):
+    engine.save_for_job(lambda claimed: write(model, claimed), destination)
+'''
+    assert second_guessed_saves(ast.parse(source), "m.py") == ["m.py:3", "m.py:11"]

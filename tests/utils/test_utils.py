@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from keras_vit.utils import per_channel, to_pair
-from keras_vit.writer.files import atomic_directory, atomic_write, check_writable
+from keras_vit.writer.files import atomic_write, claim
+from keras_vit.writer.ownership import check_writable
 
 
 @pytest.mark.parametrize(
@@ -51,18 +52,18 @@ def test_atomic_write_replaces_only_on_success(tmp_path):
     assert target.read_bytes() == b"new"
 
 
-def test_atomic_directory_keeps_the_old_directory_when_the_block_fails(tmp_path):
+def test_a_directory_replaced_whole_keeps_the_old_directory_when_the_block_fails(tmp_path):
     target = tmp_path / "preset"
-    with atomic_directory(target) as staging:
+    with claim(target, "output").directory() as staging:
         with open(os.path.join(staging, "config.json"), "w") as file:
             file.write("old")
     with pytest.raises(RuntimeError):
-        with atomic_directory(target) as staging:
+        with claim(target, "output").directory() as staging:
             with open(os.path.join(staging, "config.json"), "w") as file:
                 file.write("new, half")
             raise RuntimeError("killed")
     assert (target / "config.json").read_text() == "old"
-    with atomic_directory(target) as staging:
+    with claim(target, "output").directory() as staging:
         with open(os.path.join(staging, "config.json"), "w") as file:
             file.write("new")
     assert (target / "config.json").read_text() == "new"
@@ -87,7 +88,7 @@ def test_atomic_writes_get_the_permissions_a_plain_write_would(tmp_path):
         with atomic_write(tmp_path / "new.txt", "w") as file:
             file.write("y")
         assert (os.stat(tmp_path / "new.txt").st_mode & 0o777) == 0o600  # an existing file keeps its mode
-        with atomic_directory(tmp_path / "preset"):
+        with claim(tmp_path / "preset", "output").directory():
             pass
         assert (os.stat(tmp_path / "preset").st_mode & 0o777) == 0o755
     finally:

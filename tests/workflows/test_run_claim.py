@@ -15,7 +15,7 @@ import sys
 import keras
 import pytest
 
-from keras_vit.writer import files
+from keras_vit.writer import files, ownership
 from keras_vit.workflows import resuming
 from tests.finetune.helpers import tiny_backbone_file, write_folder
 from tests.reliability.helpers import run_cli
@@ -68,7 +68,8 @@ def _recorded_checks(argv, capsys, monkeypatch, checks, writers_own, until_fit):
 
     A claim's detail is its inputs; a check's is "claim" when it is the claim's own, else "elsewhere". With
     `writers_own`, every check made inside the writer's modules is the claim's (the save checks again just before
-    its swap); without, only one made by a `Destination` itself. With `until_fit`, the run stops at its first
+    its swap); without, only one made by the claim's checks
+    (`ownership.check_output`) or a `Destination` itself. With `until_fit`, the run stops at its first
     `fit` (recorded as the last event); else it runs to its end and must succeed.
     """
     events = []
@@ -84,7 +85,9 @@ def _recorded_checks(argv, capsys, monkeypatch, checks, writers_own, until_fit):
             if writers_own:
                 ours = frame.f_globals.get("__name__") in ("keras_vit.writer.files", "keras_vit.writer.ownership")
             else:
-                ours = isinstance(frame.f_locals.get("self"), files.Destination)
+                # The claim's checks (`ownership.check_output`, run by `Destination.__init__`) or a Destination's own.
+                ours = frame.f_code is ownership.check_output.__code__ or isinstance(frame.f_locals.get("self"),
+                                                                                     files.Destination)
             if path is not None:
                 events.append((event, os.path.abspath(os.fspath(path)), "claim" if ours else "elsewhere"))
             return check(path, *args, **kwargs)
@@ -97,7 +100,7 @@ def _recorded_checks(argv, capsys, monkeypatch, checks, writers_own, until_fit):
     with monkeypatch.context() as patch:
         patch.setattr(files.Destination, "__init__", claiming)
         for name in checks:
-            check = getattr(files, name)
+            check = getattr(ownership, name)
             for module in [m for key, m in sys.modules.items() if key.startswith("keras_vit") and m is not None]:
                 if getattr(module, name, None) is check:  # every binding of the check, wherever it is imported
                     patch.setattr(module, name, recorded(name, check))

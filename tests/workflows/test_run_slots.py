@@ -102,3 +102,39 @@ def test_finish_run_removes_the_slots_and_the_pointer_keeping_the_log_and_the_us
         file.write("mine")
     finish_run(claim_run(run_dir))
     assert sorted(os.listdir(run_dir)) == [".keras_vit.json", LOG_FILE, "notes.txt"]
+
+
+def test_a_collective_save_of_another_process_writes_a_twin_of_the_claim_and_leaves_nothing(tmp_path):
+    # main (7ed6047): `save_for_job` handed the other processes a path in scratch, and each caller claimed it
+    # again (`claim(target, ...)`) or skipped it (`target is run`); a write given the path alone failed.
+    from keras_vit.distribution.engines.base import Engine
+    from keras_vit.presets.keras_vit_format import PRESET_KIND, write_preset
+    from keras_vit.writer.files import claim
+
+    class OtherProcess(Engine):  # process 1 of 2 of a job whose saves are collective (JAX, TensorFlow)
+        def process_index(self):
+            return 1
+
+        def process_count(self):
+            return 2
+
+        def saving_is_collective(self):
+            return True
+
+    model, given = _model(), []
+
+    def write_model(claimed):
+        given.append(claimed.path)
+        write_preset(model, claimed)
+
+    def write_slot(claimed):
+        given.append(claimed.path)
+        with claimed.new_directory(SLOTS[0]) as staging:
+            with open(os.path.join(staging, "state.json"), "w") as file:
+                file.write("{}")
+        claimed.save_json(POINTER_FILE, {"slot": SLOTS[0]})
+
+    assert OtherProcess().save_for_job(write_model, claim(tmp_path / "preset", PRESET_KIND)) is False
+    assert OtherProcess().save_for_job(write_slot, claim_run(tmp_path / "run")) is False
+    assert len(given) == 2 and not any(path.startswith(str(tmp_path)) for path in given), given
+    assert os.listdir(tmp_path) == [] and not any(os.path.exists(path) for path in given)  # scratch removed

@@ -18,9 +18,9 @@ workflows (`keras_vit.workflows`) ask the job's engine, never a backend:
 - `scope()`: the context to build, compile and fit in;
 - `evaluate(model, dataset)`: the job's numbers on a whole held-out set;
 - `restore(checkpoint, model)`: the epochs a run directory's backup holds;
-- `save_for_job(write, path)`: who writes in a job, the one place that
-  decides it (process 0's file is kept; where saving is collective the
-  others write a copy that is deleted).
+- `save_for_job(write, destination)`: who writes in a job, the one place
+  that decides it (process 0's file is kept; where saving is collective the
+  others write a twin of the claim that is deleted).
 
 This class is the job of one process; each engine of several processes
 overrides what differs (`engines/jax_processes.py`, `torch_processes.py`,
@@ -29,10 +29,8 @@ overrides what differs (`engines/jax_processes.py`, `torch_processes.py`,
 
 import contextlib
 import copy
-import os
 
 from keras_vit.distribution.engines import joining
-from keras_vit.writer import files
 
 
 class Engine:
@@ -156,17 +154,19 @@ class Engine:
         """True when every process takes part in each save (only process 0's file is kept)."""
         return False
 
-    def save_for_job(self, write, path):
-        """Run `write(target)` as the job saves `path`; True on the process whose file is kept.
+    def save_for_job(self, write, destination):
+        """Run `write(claim)` as the job saves the claimed `destination`; True on the process whose file is kept.
 
-        Process 0 writes `path`. Where saving is collective
-        (`saving_is_collective()`), every other process writes the same
-        into a temporary directory that is deleted at once; elsewhere the
-        others write nothing.
+        Process 0 writes through `destination` itself. Where saving is
+        collective (`saving_is_collective()`), every other process writes
+        the same through its twin in a scratch directory, deleted at once
+        (`destination.discarded_copy()`); elsewhere the others write
+        nothing. The caller writes through whichever claim it is given.
         """
         if self.is_chief():
-            write(path)
+            write(destination)
             return True
         if self.saving_is_collective():
-            files.discarded_copy(write, os.path.basename(os.path.normpath(path)) or "saved")
+            with destination.discarded_copy() as copy:
+                write(copy)
         return False
