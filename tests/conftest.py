@@ -15,6 +15,20 @@ if os.environ.get("KERAS_BACKEND") == "jax" and os.environ.get("KERAS_VIT_TEST_J
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the default (1 s) would skip most
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
+# The JAX pass compiles hundreds of small programs (each test's model, its train, predict and evaluate
+# steps), and XLA's CPU compiler spent most of the pass optimising them: LLVM's optimisation passes and the
+# fusion emitters' pipeline cost far more than the few milliseconds each tiny step then runs. These two flags
+# (the JAX pass only, never a user's) cut a tiny ViT's fit + predict + evaluate compile from ~6.8 to ~2.2 CPU
+# seconds and tests/models/test_model_contract.py from 164 to 72; a ViT-B forward runs ~1.7 times slower,
+# and its outputs differ from the default build's by ~2e-7 (float rounding; no tolerance was changed).
+# The processes the tests start take them from KERAS_VIT_TEST_XLA_FLAGS (tests/distribution/jobs.py), since
+# they drop the test's own XLA_FLAGS. KERAS_VIT_TEST_FAST_XLA=0 turns them off.
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+if os.environ.get("KERAS_BACKEND") == "jax" and os.environ.get("KERAS_VIT_TEST_FAST_XLA") != "0" \
+        and "KERAS_VIT_TEST_XLA_FLAGS" not in os.environ:
+    os.environ["KERAS_VIT_TEST_XLA_FLAGS"] = TEST_XLA_FLAGS
+    os.environ["XLA_FLAGS"] = " ".join([TEST_XLA_FLAGS, os.environ.get("XLA_FLAGS", "")]).strip()
+
 # Under pytest-xdist the cores are shared between the workers: each worker's OpenMP pool (PyTorch's CPU
 # operations, oneDNN, BLAS) gets its share instead of every core. Two pools of every core spin against
 # each other: PyTorch tests beside another worker ran up to 10 times slower. Set before Keras imports them.
@@ -36,6 +50,10 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    _check_and_apply_one_backend(items)
+
+
+def _check_and_apply_one_backend(items):
     for item in items:
         marker = item.get_closest_marker("one_backend")
         if marker is None:
