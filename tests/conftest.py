@@ -39,6 +39,8 @@ if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+from tests import module_durations  # noqa: E402
+
 # `make test` runs the suite once per backend. A test whose subject does not depend on the backend
 # (argument parsing, file-system checks, numpy-only readers, the docs' text, packaging) carries
 # `@pytest.mark.one_backend("<why, in one phrase>")` and runs in one pass only, the least loaded.
@@ -51,6 +53,27 @@ def pytest_report_header(config):
 
 def pytest_collection_modifyitems(config, items):
     _check_and_apply_one_backend(items)
+    _longest_modules_first(items)
+
+
+def _longest_modules_first(items):
+    # `-n 2 --dist loadscope` hands a module whole to the next free worker, in the order collected here. In
+    # xdist's default order (most tests first) the long jobs with few tests (the differential configurations,
+    # the multi-process jobs) came last, one worker running them for minutes while the other sat idle. The
+    # longest first (last time's seconds, tests/module_durations.py) leaves short modules for the end. Only
+    # the order changes; a module's tests stay together and in their own order (the sort is stable).
+    seconds = module_durations.read(keras.backend.backend())
+    first_seen = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(item.nodeid.split("::", 1)[0], index)
+
+    def order(item):
+        module = item.nodeid.split("::", 1)[0]
+        if module in seconds:
+            return (0, -seconds[module], first_seen[module])
+        return (1, 0.0, first_seen[module])  # not timed yet (a new module): after the timed ones
+
+    items.sort(key=order)
 
 
 def _check_and_apply_one_backend(items):
