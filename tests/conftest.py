@@ -19,7 +19,8 @@ if os.environ.get("KERAS_BACKEND") == "jax" and os.environ.get("KERAS_VIT_TEST_J
 # steps), and XLA's CPU compiler spent most of the pass optimising them: LLVM's optimisation passes and the
 # fusion emitters' pipeline cost far more than the few milliseconds each tiny step then runs. These two flags
 # (the JAX pass only, never a user's) cut a tiny ViT's fit + predict + evaluate compile from ~6.8 to ~2.2 CPU
-# seconds and tests/models/test_model_contract.py from 164 to 72; a ViT-B forward runs ~1.7 times slower,
+# seconds, tests/models/test_model_contract.py from 164 to 72 and the whole jax pass from 2,008 CPU seconds
+# to 1,016 (docs/testing.md, "How long it takes"); a ViT-B forward runs ~1.7 times slower,
 # and its outputs differ from the default build's by ~2e-7 (float rounding; no tolerance was changed).
 # The processes the tests start take them from KERAS_VIT_TEST_XLA_FLAGS (tests/distribution/jobs.py), since
 # they drop the test's own XLA_FLAGS. KERAS_VIT_TEST_FAST_XLA=0 turns them off.
