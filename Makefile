@@ -7,8 +7,10 @@ REF_VENV := .venv-ref
 REF_STAMP := $(REF_VENV)/.installed
 BACKENDS := tensorflow jax torch
 # Each backend's pass runs in 2 worker processes (pytest-xdist); `--dist loadscope` keeps a module on one
-# worker, so its module-scoped fixtures (a trained job, a built model) run once. PYTEST_ARGS="-n 0" runs serially.
-XDIST := -n 2 --dist loadscope
+# worker, so its module-scoped fixtures (a trained job, a built model) run once. `--no-loadscope-reorder` keeps
+# the order tests/conftest.py gives (the longest modules first, tests/module_durations.json) instead of xdist's
+# (most tests first), which left a long few-test module running alone at the end. PYTEST_ARGS="-n 0" runs serially.
+XDIST := -n 2 --dist loadscope --no-loadscope-reorder
 
 .PHONY: help demo test test-tensorflow test-jax test-torch test-differential test-writers install reference-env bench clean \
 	device-wheels device-check

@@ -18,7 +18,9 @@ import sys
 MODES, PROCESS, COUNT, PORT, FOLDER, OUT = sys.argv[1:7]
 PROCESS, COUNT = int(PROCESS), int(COUNT)
 os.environ["KERAS_BACKEND"] = "jax"
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={4 // COUNT}"
+# The test passes' compile-time flags (tests/conftest.py) first, then this worker's devices.
+os.environ["XLA_FLAGS"] = " ".join([os.environ.get("KERAS_VIT_TEST_XLA_FLAGS", ""),
+                                    f"--xla_force_host_platform_device_count={4 // COUNT}"]).strip()
 
 import jax  # noqa: E402
 

@@ -36,17 +36,25 @@ def free_port():
         return probe.getsockname()[1]
 
 
+def child_xla_flags(*flags):
+    """`XLA_FLAGS` for a JAX process a test starts: the pass's compile-time flags (tests/conftest.py), then `flags`."""
+    return " ".join([os.environ.get("KERAS_VIT_TEST_XLA_FLAGS", ""), *flags]).strip()
+
+
 def environment(backend, root=ROOT, **variables):
     """The environment of a process a test starts on `backend`, with `root`'s keras_vit and `variables` added.
 
     One OpenMP thread (two processes share two cores), TensorFlow's C++ log
     quiet, and neither a launcher's variables nor `XLA_FLAGS` from the
-    test's own environment.
+    test's own environment: only the test passes' compile-time flags
+    (`KERAS_VIT_TEST_XLA_FLAGS`, tests/conftest.py), when set.
     """
     env = {**os.environ, "PYTHONPATH": root, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
            "OMP_NUM_THREADS": "1"}
     for name in (*LAUNCHER_VARIABLES, "XLA_FLAGS"):
         env.pop(name, None)
+    if child_xla_flags():
+        env["XLA_FLAGS"] = child_xla_flags()
     env.update(variables)
     return env
 
@@ -78,7 +86,7 @@ def launch(backend, command, count=1, devices=1, port=None, only=None, root=ROOT
     """
     env = environment(backend, root, **variables)
     if backend == "jax":
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        env["XLA_FLAGS"] = child_xla_flags(f"--xla_force_host_platform_device_count={devices}")
     port = free_port() if port is None else port
 
     def start(arguments, extra=None):

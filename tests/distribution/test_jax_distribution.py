@@ -13,6 +13,8 @@ import sys
 import keras
 import pytest
 
+from tests.distribution.jobs import child_xla_flags
+
 pytestmark = [
     pytest.mark.skipif(
         keras.backend.backend() != "jax",
@@ -55,7 +57,7 @@ def _expected_split(path):
 @pytest.fixture(scope="module")
 def report():
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = child_xla_flags()  # not the test's own; the worker adds its devices
     completed = subprocess.run(
         [sys.executable, WORKER], env=env, capture_output=True, text=True, timeout=900, cwd=REPO_ROOT
     )

@@ -17,6 +17,7 @@ import pytest
 
 from keras_vit import ViTBackbone
 from keras_vit.distribution import layout_errors, layout_map
+from tests.distribution.jobs import child_xla_flags
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 jax_only = pytest.mark.skipif(keras.backend.backend() != "jax", reason="needs 8 JAX devices (keras.distribution)")
@@ -51,7 +52,7 @@ def test_layout_errors_name_a_model_axis_that_cuts_heads():
 
 def _run(arguments):
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = child_xla_flags()  # not the test's own; the worker adds its devices
     completed = subprocess.run([sys.executable] + arguments, env=env, capture_output=True, text=True, timeout=900,
                                cwd=REPO_ROOT)
     assert completed.returncode == 0, f"exit {completed.returncode}:\n{completed.stdout[-3000:]}\n{completed.stderr[-6000:]}"
