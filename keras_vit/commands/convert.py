@@ -69,11 +69,10 @@ def check_destination(source, destination, target):
         raise UsageError(f"{quote(destination)} exists and is not a directory; --to huggingface writes a "
                          "directory.")
     if target == "huggingface":
-        from keras_vit.convert.huggingface import HUGGINGFACE_FILES, HUGGINGFACE_KIND
+        from keras_vit.convert.huggingface import HUGGINGFACE_KIND
 
-        # Beside a user's files is fine (they are kept); over one of theirs (another model's config.json) is not.
-        return claim(destination, HUGGINGFACE_KIND, inputs={"source": source}, argument="destination",
-                     reserved=HUGGINGFACE_FILES)
+        # Replaced whole: a directory holding a user's files (a README, notes/) is refused, never carried.
+        return claim(destination, HUGGINGFACE_KIND, inputs={"source": source}, argument="destination")
     return claim(destination, FILE, inputs={"source": source}, argument="destination")  # one file, any format
 
 

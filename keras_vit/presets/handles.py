@@ -86,8 +86,8 @@ def check_not_killed_save(path):
         raise ArgumentError(
             f"No such file or directory: {quote(path)}. A save of it was killed while replacing it (its process has "
             f"ended); its previous content is beside it as {quote(retired)}. keras_vit never moves files when it "
-            f"reads. To put it back: mv {quote(retired)} {quote(path)} (or save to {quote(path)} again: the save "
-            "puts it back first).")
+            f"reads; a new save of it removes the copy once the new content is in place. To put it back: "
+            f"mv {quote(retired)} {quote(path)}")
     if not_ours:
         described = ", ".join(f"{quote(entry)} ({_what_it_is(entry)})" for entry in not_ours)
         raise ArgumentError(

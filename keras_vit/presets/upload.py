@@ -15,7 +15,7 @@ from keras_vit.models.variants import MODEL_SIZES
 from keras_vit.presets import hub
 from keras_vit.presets.keras_vit_format import PRESET_KIND, validate_config
 from keras_vit.presets.load import load_preset
-from keras_vit.writer.files import claim, recover_abandoned
+from keras_vit.writer.files import claim, remove_abandoned
 from keras_vit.writer.ownership import MARKER
 from keras_vit.writer.uploads import check_no_links, staged_upload
 
@@ -222,7 +222,7 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
     # A marker update of an upload killed after its card was in place: its private temporary, of an ended
     # process, is removed here (the card is not written again, so no marker write would remove it).
     with contextlib.suppress(OSError):  # a read-only preset uploads all the same
-        recover_abandoned(os.path.join(directory, MARKER))
+        remove_abandoned(os.path.join(directory, MARKER))
     if not os.path.lexists(card):
         # Recorded with its digest: a later save_to_preset may replace this card while it is as written,
         # never once the user has edited it.

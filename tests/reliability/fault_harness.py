@@ -511,9 +511,9 @@ def writers():
     # --- exports ---
     def huggingface_prepare(root, models):
         export_huggingface(models["old"], at(root, "out", "hf"))
-        # A user's plain files in the export are kept (hard links); a directory of theirs is refused up front
-        # (tests/reliability/test_no_user_tree_copied.py), so none is here.
-        _user_files(root, "out/hf/README.md", "out/hf/model-card-notes.txt", "out/NOTES.txt")
+        # A user's file inside the export is refused up front, never carried
+        # (tests/reliability/test_no_user_tree_copied.py), so the user's file here is beside it.
+        _user_files(root, "out/NOTES.txt")
 
     def huggingface_write(root, models):
         export_huggingface(models["new"], at(root, "out", "hf"))
@@ -591,8 +591,7 @@ def writers():
         Writer("keras", ["out/model.keras"], keras_prepare, keras_write),
         Writer("convert-cli", ["out/model.keras"], convert_prepare, convert_write, cli=True),
         Writer("quantize-cli", ["out/int8.keras"], quantize_prepare, quantize_write, cli=True),
-        Writer("huggingface", ["out/hf"], huggingface_prepare, huggingface_write,
-               user_inside=("out/hf/README.md", "out/hf/model-card-notes.txt")),
+        Writer("huggingface", ["out/hf"], huggingface_prepare, huggingface_write),
         Writer("timm", ["out/model.safetensors"], timm_prepare, timm_write),
         Writer("export-saved_model", ["out/graph"], export_prepare, export_write, backend="tensorflow",
                graphs=["out/graph"]),
