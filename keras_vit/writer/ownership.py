@@ -87,32 +87,6 @@ def abandoned(name, base=None):
     return False
 
 
-def killed_save_copies(path):
-    """What a killed save of a missing `path` left beside it: `(restorable, not_ours)`.
-
-    Where the system has no atomic exchange, a save moves the old directory
-    aside (`.NAME.keras_vit-HOST-PID-RANDOM.old`) before moving the new one
-    in; a kill between leaves `path` missing. Only such names of an ended
-    process here count: `restorable` is the newest that is keras_vit's (a
-    directory with our marker) or `None`; `not_ours` lists the others (a
-    link, a file, an unmarked directory), never read, followed or moved.
-    """
-    path = os.path.abspath(os.fspath(path))
-    parent, base = os.path.split(path)
-    if os.path.lexists(path) or not os.path.isdir(parent):
-        return None, []
-    restorable, not_ours = [], []
-    for name in sorted(os.listdir(parent)):
-        if not (abandoned(name, base) and name.endswith(".old")):
-            continue
-        entry = os.path.join(parent, name)
-        if os.path.isdir(entry) and not os.path.islink(entry) and read_marker(entry)[0] is not None:
-            restorable.append(entry)
-        else:
-            not_ours.append(entry)
-    return (max(restorable, key=os.path.getmtime) if restorable else None), not_ours
-
-
 # === Ownership ===
 
 

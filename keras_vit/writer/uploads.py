@@ -19,8 +19,8 @@ def staged_upload(directory, names, required=()):
     """A private copy of `names` from `directory` for an upload; links are refused, never followed.
 
     Each file is opened without following links and must be a regular file
-    inside `directory`; the copy (hard links where possible) is what the
-    upload reads, so a file swapped for a link after the check is not sent.
+    inside `directory`; the copy is what the upload reads, so a file swapped
+    for a link after the caller's `check_no_links` is not sent.
 
     Args:
         directory: str. The directory to upload from.
@@ -34,7 +34,6 @@ def staged_upload(directory, names, required=()):
         ValueError: a name is a link, or not a regular file.
     """
     directory = os.path.abspath(os.fspath(directory))
-    check_no_links(directory, names)
     scratch = tempfile.gettempdir()
     _remove_abandoned_copies(scratch)
     staging = os.path.join(scratch, private_name(_COPY_BASE, "tmp"))
