@@ -224,24 +224,3 @@ def test_a_save_leaves_another_pid_namespaces_staging_alone(tmp_path, monkeypatc
     (theirs / "config.json").write_text("{}")
     tiny_classifier().save_to_preset(tmp_path / "p")
     assert (theirs / "config.json").read_text() == "{}"
-
-
-@one_backend
-def test_an_upload_leaves_another_pid_namespaces_copy_alone(tmp_path, monkeypatch):
-    # main: an upload removed the private copy of a live upload in another PID namespace sharing TMPDIR.
-    import tempfile
-
-    from keras_vit.writer import ownership, uploads
-
-    monkeypatch.setattr(ownership, "_pid_namespace", lambda: "another container", raising=False)
-    theirs = tmp_path / f".keras_vit-upload.keras_vit-{ownership._host_tag()}-{ended_pid()}-0123abcd.tmp"
-    monkeypatch.undo()
-    theirs.mkdir()
-    (theirs / "model.weights.h5").write_bytes(b"weights")
-    source = tmp_path / "preset"
-    source.mkdir()
-    (source / "config.json").write_text("{}")
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    with uploads.staged_upload(str(source), ["config.json"]):
-        pass
-    assert (theirs / "model.weights.h5").read_bytes() == b"weights"
