@@ -5,7 +5,7 @@ For each writer (a preset, a `.keras` file, `keras-vit convert` and
 epoch backup, the LoRA file, figures, the upload's model card) the harness:
 
 1. builds a sandbox once: an OLD output from a previous save, and files that
-   are not ours beside it (never inside it: a user's file there is refused, not carried);
+   are not ours beside it (and inside it where the writer writes names into the user's directory: a run, figures);
 2. runs the writer once in a child with a counter on every file-system call
    Python makes (`mkdir`, an open for writing, `write`, `fsync`,
    `rename`/`replace`, `link`/`symlink`, `unlink`/`rmdir`, `chmod`,
