@@ -1,16 +1,10 @@
 """The writer's writing half: every file keras_vit writes, renames or removes is written here.
 
-A command claims each output at its start (`claim`: the checks of
-`keras_vit.writer.ownership.check_output`, before any work) and writes
-through the claim at its end. A file is written under a private name and
-renamed over the old one; a directory is built under a private name and
-exchanged with the old one in one step (`renameat2(RENAME_EXCHANGE)`;
-where there is none, the old one is moved aside first); a run's backup
-slot is written while the pointer names the other. A private name of an
-ended process (a killed save's staging or old copy) is removed by the next
-save of the same path once its new content is in place, never by a load.
-Which process of a job writes is its engine's decision alone
-(`engines.current().save_for_job`). Why each rule: docs/reliability.md.
+A command claims each output at its start (`claim`, before any work) and
+writes through the claim: a file under a private name renamed over the old
+one, a directory built under a private name and exchanged with the old one,
+a private name of an ended process removed by the next save of its path.
+The rules and why: docs/reliability.md, "The writer".
 """
 
 import contextlib

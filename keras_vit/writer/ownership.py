@@ -1,19 +1,9 @@
 """What keras_vit may write, decided before any work. This module reads; it never writes.
 
-- **Ownership by content.** A directory keras_vit writes carries a marker,
-  `.keras_vit.json`, naming its kind and each entry keras_vit wrote with its
-  SHA-256. An entry is ours only while it holds what we wrote; anything
-  else (a file the user added or edited, an old marker's name without a
-  digest) is the user's.
-- **Identity, not spelling.** Paths are compared by the device and inode of
-  the file and of every directory above it: a link, `..`, a hard link or a
-  bind mount cannot hide that an output is, holds or lies inside an input.
-- **Private names** are `.NAME.keras_vit-HOST-PID-RANDOM.ROLE` (HOST: a tag
-  of the hostname and the PID namespace); one whose process ended here is
-  abandoned: keras_vit's to clean, never a user's file.
-- **A claim's checks** (`check_output`), made once at a command's start.
-
-`keras_vit.writer.files` writes. Why each rule: docs/reliability.md, "The writer".
+Ownership markers and digests (an entry is ours only while it holds what we
+wrote), identity of paths (device and inode, not spelling), private names
+and whether their process ended, and a claim's checks (`check_output`).
+`keras_vit.writer.files` writes. The rules and why: docs/reliability.md, "The writer".
 """
 
 import errno
