@@ -2,9 +2,8 @@
 
 
 from keras_vit.commands import UsageError
-from keras_vit.commands.arguments import ImageSize, Path, PositiveInt
+from keras_vit.commands.arguments import ImageSize, Path, PositiveInt, output_format
 from keras_vit.writer.files import FILE, claim, quote, save_model
-from keras_vit.writer.ownership import output_format
 
 # What `keras-vit convert` writes; what it reads is the reading table, keras_vit.presets.formats.READ_FORMATS.
 CONVERT_TO_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")

@@ -96,13 +96,6 @@ class Destination:
             raise ValueError(f"{name!r} was not claimed in {quote(self.path)} (claimed: {self.names}).")
         return os.path.join(self.path, name)
 
-    def _prepare(self, name):
-        if name is not None:
-            # The one check after the claim: names are written into a directory at each epoch of a run (the
-            # log, the pointer) or after the work, and a file the user put at `name` since is refused.
-            check_writable_names(self.path, [name], self.kind, self.argument)
-            os.makedirs(self.path, exist_ok=True)
-
     def _announce(self, name):
         """Before `name` is put in place, its new digest beside the old in the marker: at no time is a file
         keras_vit wrote unrecorded, nor a user's file adopted (its digest is neither)."""
@@ -137,7 +130,11 @@ class Destination:
     @contextlib.contextmanager
     def staged(self, name=None, suffix=""):
         """A private temporary path (ending in `suffix`) renamed onto the file when the block succeeds."""
-        self._prepare(name)
+        if name is not None:
+            # The one check after the claim: names are written into a directory at each epoch of a run (the
+            # log, the pointer) or after the work, and a file the user put at `name` since is refused.
+            check_writable_names(self.path, [name], self.kind, self.argument)
+            os.makedirs(self.path, exist_ok=True)
         with _staged_path(self._target(name), suffix, before_replace=self._announce(name)) as temporary:
             yield temporary
         self._record(name)
@@ -439,7 +436,7 @@ def _replaced_directory(path, kind, argument=None):
         staging = None
         try:
             if retired is not None:
-                _remove_retired(retired)
+                _remove_ours(retired)
         except OSError as error:  # the new content is in place; the next save of `path` removes the rest
             warnings.warn(f"{quote(path)} was saved, but its old content could not be removed ({error}); the "
                           "next save of it removes it.", UserWarning, stacklevel=3)
@@ -447,7 +444,7 @@ def _replaced_directory(path, kind, argument=None):
     except BaseException as error:
         if staging is not None and os.path.isdir(staging):
             with contextlib.suppress(OSError):  # what stays is of an ended process: the next save removes it
-                _remove_retired(staging)
+                _remove_ours(staging)
         _raise_for_user(error, path)
         raise
 
@@ -464,13 +461,14 @@ def _keep_modes(old, new):
             os.chmod(os.path.join(new, name), stat.S_IMODE(before.st_mode))
 
 
-def _remove_retired(directory):
-    """Remove what keras_vit wrote in a staging or retired `directory`, and the directory once empty.
+def _remove_ours(directory):
+    """Remove what keras_vit wrote in `directory` (a slot, staging, a retired copy), its marker last, then the directory.
 
     An entry goes when the marker says the directory was staging (all of it
     ours), when it holds what the marker records, or when it is a private
-    name of an ended process. Anything else (a file a user put there) stays,
-    with the directory, and a warning names it.
+    name of an ended process; a kill leaves a part that is still ours.
+    Anything else (a file a user put there) stays, with the directory, and
+    a warning names it.
     """
     marker = {}
     with contextlib.suppress(OSError, ValueError):
@@ -503,20 +501,6 @@ def _remove_retired(directory):
         warnings.warn(f"{quote(directory)} keeps {', '.join(sorted(kept))}, which keras_vit did not write; "
                       "move them back where they belong.", UserWarning, stacklevel=3)
         return
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(directory, MARKER))
-    os.rmdir(directory)
-
-
-def _remove_ours(directory):
-    """Remove a directory keras_vit wrote whole, its marker last: a kill leaves a part of it that is still ours."""
-    for name in os.listdir(directory):
-        if name != MARKER:
-            entry = os.path.join(directory, name)
-            if os.path.isdir(entry) and not os.path.islink(entry):
-                shutil.rmtree(entry)
-            else:
-                os.remove(entry)
     with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(directory, MARKER))
     os.rmdir(directory)
@@ -559,6 +543,6 @@ def remove_abandoned(path):
             if not abandoned(name, base):
                 continue
             if os.path.isdir(entry) and not os.path.islink(entry):
-                _remove_retired(entry)
+                _remove_ours(entry)
             else:
                 os.remove(entry)  # a temporary file or a link: never a user's name

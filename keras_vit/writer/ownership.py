@@ -19,20 +19,12 @@ from keras_vit.utils.errors import ArgumentError, quote
 
 MARKER = ".keras_vit.json"
 # What keras_vit writes at a path: `FILE` (one file, whatever its format: its name says which,
-# `output_format`), or the kind of directory its marker records ("preset", "run", "huggingface", ...).
+# `keras_vit.commands.arguments.output_format`), or the kind of directory its marker records ("preset", "run", "huggingface", ...).
 FILE = "file"
 CHUNK = 1 << 20  # bytes read at a time
 # The failures of a write that name their cause and fix for the user: a full disk (or quota), and a refusal.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
-# The one place a command's output format is named: by the ending of the name; any other name is a directory.
-OUTPUT_FILE_FORMATS = {".keras": "keras", ".weights.h5": "weights", ".safetensors": "safetensors"}
-
-
-def output_format(path):
-    """The format of file an output path names: `"keras"`, `"weights"`, `"safetensors"`, or `None` (a directory)."""
-    lower = os.fspath(path).lower()
-    return next((found for ending, found in OUTPUT_FILE_FORMATS.items() if lower.endswith(ending)), None)
 
 
 # === Private names ===
@@ -185,8 +177,6 @@ def check_not_nested(output, others, argument=None):
     Raises:
         ArgumentError: e.g. "`output` ... is the model ...".
     """
-    if output is None:
-        return
     for what, paths in dict(others).items():
         for other in [paths] if isinstance(paths, (str, os.PathLike)) or paths is None else paths:
             relation = None if other is None else path_relation(output, other)
