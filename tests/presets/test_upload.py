@@ -82,6 +82,23 @@ def test_upload_sends_the_preset_and_a_model_card(fake_hub, tmp_path):
     assert 'keras_vit.ViTClassifier.from_preset("hf://me/tiny-vit")' in card
 
 
+def test_upload_sends_the_files_themselves_and_copies_nothing(fake_hub, tmp_path, monkeypatch):
+    # 3da728a: a private copy of the preset was made in TMPDIR for every upload (one more mechanism: staged,
+    # cleaned after a kill, named when TMPDIR was full). Now the files are sent as opened, without following links.
+    import tempfile
+
+    _, directory = saved(tmp_path)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    made, mkdir = [], os.mkdir
+    monkeypatch.setattr(os, "mkdir", lambda path, *args, **kwargs: made.append(path) or mkdir(path, *args, **kwargs))
+    keras_vit.upload_preset(directory, "hf://me/tiny-vit")
+    assert not [path for path in made if str(path).startswith(str(scratch))] and os.listdir(scratch) == []
+    (commit,) = fake_hub.commits
+    assert commit["files"]["model.weights.h5"] == (directory / "model.weights.h5").read_bytes()
+
+
 def test_upload_keeps_an_existing_card_and_names_the_variant(fake_hub, tmp_path):
     model = keras_vit.ViTBackbone.from_variant("ViT-Ti/16", image_size=32)
     directory = tmp_path / "backbone"
