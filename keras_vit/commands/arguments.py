@@ -17,6 +17,7 @@ This module imports no backend: `keras-vit --help` stays instant.
 
 import argparse
 import math
+import os
 import shlex
 
 # Counts and sizes stop at the largest 32-bit integer: the backends index arrays and batches with 32-bit
@@ -24,6 +25,16 @@ import shlex
 LARGEST_COUNT = 2**31 - 1
 # numpy's seed (which `keras.utils.set_random_seed` sets) takes 0 to 2**32 - 1.
 LARGEST_SEED = 2**32 - 1
+
+
+# The one place a command's output format is named: by the ending of the name; any other name is a directory.
+OUTPUT_FILE_FORMATS = {".keras": "keras", ".weights.h5": "weights", ".safetensors": "safetensors"}
+
+
+def output_format(path):
+    """The format of file an output path names: `"keras"`, `"weights"`, `"safetensors"`, or `None` (a directory)."""
+    lower = os.fspath(path).lower()
+    return next((found for ending, found in OUTPUT_FILE_FORMATS.items() if lower.endswith(ending)), None)
 
 
 class CheckedValue(argparse.Action):

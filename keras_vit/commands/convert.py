@@ -2,9 +2,8 @@
 
 
 from keras_vit.commands import UsageError
-from keras_vit.commands.arguments import ImageSize, Path, PositiveInt
+from keras_vit.commands.arguments import ImageSize, Path, PositiveInt, output_format
 from keras_vit.writer.files import FILE, claim, quote, save_model
-from keras_vit.writer.ownership import output_format
 
 # What `keras-vit convert` writes; what it reads is the reading table, keras_vit.presets.formats.READ_FORMATS.
 CONVERT_TO_FORMATS = ("auto", "keras", "weights", "timm", "huggingface")
@@ -69,11 +68,10 @@ def check_destination(source, destination, target):
         raise UsageError(f"{quote(destination)} exists and is not a directory; --to huggingface writes a "
                          "directory.")
     if target == "huggingface":
-        from keras_vit.convert.huggingface import HUGGINGFACE_FILES, HUGGINGFACE_KIND
+        from keras_vit.convert.huggingface import HUGGINGFACE_KIND
 
-        # Beside a user's files is fine (they are kept); over one of theirs (another model's config.json) is not.
-        return claim(destination, HUGGINGFACE_KIND, inputs={"source": source}, argument="destination",
-                     reserved=HUGGINGFACE_FILES)
+        # Replaced whole: a directory holding a user's files (a README, notes/) is refused, never carried.
+        return claim(destination, HUGGINGFACE_KIND, inputs={"source": source}, argument="destination")
     return claim(destination, FILE, inputs={"source": source}, argument="destination")  # one file, any format
 
 

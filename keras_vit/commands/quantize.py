@@ -2,10 +2,9 @@
 
 import os
 
-from keras_vit.commands.arguments import ModelHandle, Path
+from keras_vit.commands.arguments import ModelHandle, Path, output_format
 from keras_vit.commands.export import load_model
 from keras_vit.writer.files import FILE, claim
-from keras_vit.writer.ownership import output_format
 
 
 def add_arguments(parser):

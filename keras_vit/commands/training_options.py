@@ -10,10 +10,9 @@ import sys
 import warnings
 
 from keras_vit.commands import UsageError
-from keras_vit.commands.arguments import PositiveInt
+from keras_vit.commands.arguments import PositiveInt, output_format
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.writer.files import FILE, claim
-from keras_vit.writer.ownership import output_format
 
 
 def add_distribute_argument(parser):

@@ -455,16 +455,16 @@ def export_huggingface(model, directory):
             class token, token pooling, no representation layer; the later
             families as backbones only).
         directory: str or path-like. Created if needed; the three files
-            replace the old ones in one step (a directory swap). Other files
-            in it are kept; one of the three names holding a file keras_vit
-            did not write there is refused before anything is written.
+            replace the old ones in one step (a directory swap). A directory
+            holding anything keras_vit did not write there (a README, a
+            `notes/` folder) is refused before anything is written, naming
+            those entries.
 
     Returns:
         The `config.json` dict that was written.
     """
-    # Beside a user's other files (a README) is fine: they stay. Over a file of the same name that keras_vit
-    # did not write (another model's config.json) is not.
-    destination = claim(directory, HUGGINGFACE_KIND, argument="directory", reserved=HUGGINGFACE_FILES)
+    # The directory is replaced whole: one holding a user's files (a README, notes/) is refused, never carried.
+    destination = claim(directory, HUGGINGFACE_KIND, argument="directory")
     return write_huggingface(model, destination)
 
 
@@ -474,9 +474,8 @@ def write_huggingface(model, destination):
     Args:
         model: as `export_huggingface` takes it.
         destination: the `keras_vit.writer.files.Destination` of the
-            directory, claimed with kind `HUGGINGFACE_KIND` and
-            `reserved=HUGGINGFACE_FILES` (`keras-vit convert` claims it
-            at its start, with the source as an input).
+            directory, claimed with kind `HUGGINGFACE_KIND` (`keras-vit
+            convert` claims it at its start, with the source as an input).
 
     Returns:
         The `config.json` dict that was written.

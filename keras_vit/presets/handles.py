@@ -25,7 +25,7 @@ from keras_vit.presets.kaggle import parse_kaggle_handle
 from keras_vit.presets.formats import READ_FORMATS, detect_config_format
 from keras_vit.presets.registry import PRESETS
 from keras_vit.utils.errors import ArgumentError, quote
-from keras_vit.writer.ownership import killed_save_copies
+from keras_vit.writer.ownership import abandoned, read_marker
 
 
 def describe_handles():
@@ -81,19 +81,45 @@ def check_not_killed_save(path):
     Raises:
         ArgumentError: when such a copy is beside the missing `path`.
     """
-    retired, not_ours = killed_save_copies(path)
+    retired, not_ours = _killed_save_copies(path)
     if retired is not None:
         raise ArgumentError(
             f"No such file or directory: {quote(path)}. A save of it was killed while replacing it (its process has "
             f"ended); its previous content is beside it as {quote(retired)}. keras_vit never moves files when it "
-            f"reads. To put it back: mv {quote(retired)} {quote(path)} (or save to {quote(path)} again: the save "
-            "puts it back first).")
+            f"reads; a new save of it removes the copy once the new content is in place. To put it back: "
+            f"mv {quote(retired)} {quote(path)}")
     if not_ours:
         described = ", ".join(f"{quote(entry)} ({_what_it_is(entry)})" for entry in not_ours)
         raise ArgumentError(
             f"No such file or directory: {quote(path)}. Beside it, {described} has the name of the copy a killed "
             "save leaves, but is not keras_vit's: keras_vit neither reads, follows nor restores it. Look at what it "
             "is, and remove it if you did not put it there.")
+
+
+def _killed_save_copies(path):
+    """What a killed save of a missing `path` left beside it: `(restorable, not_ours)`.
+
+    Where the system has no atomic exchange, a save moves the old directory
+    aside (`.NAME.keras_vit-HOST-PID-RANDOM.old`) before moving the new one
+    in; a kill between leaves `path` missing. Only such names of an ended
+    process here count: `restorable` is the newest that is keras_vit's (a
+    directory with our marker) or `None`; `not_ours` lists the others (a
+    link, a file, an unmarked directory), never read, followed or moved.
+    """
+    path = os.path.abspath(os.fspath(path))
+    parent, base = os.path.split(path)
+    if os.path.lexists(path) or not os.path.isdir(parent):
+        return None, []
+    restorable, not_ours = [], []
+    for name in sorted(os.listdir(parent)):
+        if not (abandoned(name, base) and name.endswith(".old")):
+            continue
+        entry = os.path.join(parent, name)
+        if os.path.isdir(entry) and not os.path.islink(entry) and read_marker(entry)[0] is not None:
+            restorable.append(entry)
+        else:
+            not_ours.append(entry)
+    return (max(restorable, key=os.path.getmtime) if restorable else None), not_ours
 
 
 def _what_it_is(entry):

@@ -33,6 +33,7 @@ from keras_vit.models.base import dtype_policy_from_config
 from keras_vit.models.masked_patch_predictor import TARGETS
 from keras_vit.models.vit_classifier import check_class_names
 from keras_vit.utils.checks import check_weights_file
+from keras_vit.utils.errors import ArgumentError
 from keras_vit.writer.files import claim, quote, write_json_file, write_model_file
 from keras_vit.utils.image_resize import image_transform
 from keras_vit.utils.values import (ALPHA_RULES, IMAGE_INTERPOLATIONS, RESIZE_MODES, check_choice, check_count,
@@ -335,9 +336,32 @@ def save_to_preset(model, directory, **metadata):
             `class_names=[...]` (or `"imagenet-1k"`) also names the classes
             of a classifier that has none in its config.
     """
+    _refuse_keras_hub_task(directory)
     # Only a directory keras_vit wrote as a preset is replaced: a user's own files (a config.json of another
     # project, notes, data, a model card they edited) are never touched.
     write_preset(model, claim(directory, PRESET_KIND, argument="directory"), **metadata)
+
+
+def _refuse_keras_hub_task(directory):
+    """Refuse keras-hub's `Task.save_to_preset` of a task whose backbone is keras_vit's, saying what works.
+
+    keras-hub writes its `task.json` into the directory, then calls this
+    save of the backbone there; keras-hub cannot load a keras_vit backbone
+    back from a preset. The writer's own refusal would blame the user.
+    """
+    try:
+        with open(os.path.join(os.fspath(directory), "task.json"), encoding="utf-8") as file:
+            task = json.load(file)
+    except (OSError, ValueError):
+        return
+    if isinstance(task, dict) and str(task.get("registered_name", "")).startswith("keras_hub>"):
+        raise ArgumentError(
+            f"{{name}} {quote(directory)} holds keras-hub's task files (task.json): keras-hub's "
+            "`Task.save_to_preset` is saving a task whose backbone is a keras_vit model, and keras-hub cannot "
+            "load a keras_vit backbone from a preset. Save the whole task as one file instead: "
+            "`task.save('task.keras')` (it loads with `keras.saving.load_model('task.keras')` once keras_vit and "
+            "keras_hub are imported), or the backbone alone with `keras_vit`: "
+            "`task.backbone.save_to_preset(another_directory)`.", "directory")
 
 
 def write_preset(model, destination, **metadata):

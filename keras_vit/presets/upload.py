@@ -3,21 +3,24 @@
 The directory is checked first (a keras_vit preset whose config validates and
 whose weights load into the model it describes), a model card is written for
 it, and the files go up in one commit through `huggingface_hub`
-(`HfApi.create_repo(exist_ok=True)` + `upload_folder`). `_hub_api` is the one
-seam tests replace with a fake hub.
+(`HfApi.create_repo(exist_ok=True)` + `create_commit`), read from the
+preset's own files opened without following links: nothing is copied.
+`_hub_api` is the one seam tests replace with a fake hub.
 """
 
 import contextlib
+import errno
 import json
 import os
+import stat
 
 from keras_vit.models.variants import MODEL_SIZES
 from keras_vit.presets import hub
 from keras_vit.presets.keras_vit_format import PRESET_KIND, validate_config
 from keras_vit.presets.load import load_preset
-from keras_vit.writer.files import claim, recover_abandoned
+from keras_vit.writer.files import claim, remove_abandoned
+from keras_vit.utils.errors import quote
 from keras_vit.writer.ownership import MARKER
-from keras_vit.writer.uploads import check_no_links, staged_upload
 
 CARD_FILE = "README.md"
 PRESET_FILES = ("config.json", "model.weights.h5", "metadata.json")
@@ -186,8 +189,9 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
     (`README.md`: variant, size, parameter count, class names, training facts
     from `metadata.json`, license, `library_name: keras_vit`) is written into
     the directory when it has none; an existing `README.md` is uploaded as it
-    is. Only the preset files and the card are sent, in one commit, from a
-    private copy; a file that is a symbolic link is refused, never followed.
+    is. Only the preset files and the card are sent, in one commit, read
+    from files opened without following links; a file that is a symbolic
+    link is refused, never followed.
 
     Args:
         directory: str or path-like. The preset directory.
@@ -222,7 +226,7 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
     # A marker update of an upload killed after its card was in place: its private temporary, of an ended
     # process, is removed here (the card is not written again, so no marker write would remove it).
     with contextlib.suppress(OSError):  # a read-only preset uploads all the same
-        recover_abandoned(os.path.join(directory, MARKER))
+        remove_abandoned(os.path.join(directory, MARKER))
     if not os.path.lexists(card):
         # Recorded with its digest: a later save_to_preset may replace this card while it is as written,
         # never once the user has edited it.
@@ -231,12 +235,13 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
     api = _hub_api(token)
     try:
         api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
-        with staged_upload(directory, [*PRESET_FILES, CARD_FILE], required=PRESET_FILES) as staging:
-            info = api.upload_folder(
-                repo_id=repo_id, repo_type="model", folder_path=staging,
-                allow_patterns=[*PRESET_FILES, CARD_FILE],
-                commit_message=commit_message or "Upload keras_vit preset",
-            )
+        from huggingface_hub import CommitOperationAdd
+
+        with contextlib.ExitStack() as opened:
+            sent = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=opened.enter_context(file))
+                    for name, file in _open_files(directory, [*PRESET_FILES, CARD_FILE]).items()]
+            info = api.create_commit(repo_id=repo_id, repo_type="model", operations=sent,
+                                     commit_message=commit_message or "Upload keras_vit preset")
     except ImportError:
         raise
     except Exception as error:
@@ -246,6 +251,49 @@ def upload_preset(directory, handle, private=False, commit_message=None, license
         raise translated from error
     commit = getattr(info, "oid", None)
     return f"hf://{repo_id}@{commit}" if commit else f"hf://{repo_id}"
+
+
+def check_no_links(directory, names):
+    """Refuse, naming it, any of `names` in `directory` that is a symbolic link."""
+    for name in names:
+        if os.path.islink(os.path.join(directory, name)):
+            raise _link_error(directory, name)
+
+
+def _link_error(directory, name):
+    return ValueError(f"{quote(os.path.join(directory, name))} is a symbolic link; keras_vit never follows a link "
+                      "out of a directory it uploads (it could send a file from elsewhere, such as a key). Replace "
+                      "the link with the file itself.")
+
+
+def _open_files(directory, names):
+    """`{name: file}` of `names` present in `directory`, each a regular file opened without following links.
+
+    What is sent is read from these, so a file swapped for a link after
+    `check_no_links` is refused, not sent; a missing card is skipped.
+    """
+    files = {}
+    try:
+        for name in names:
+            try:
+                handle = os.open(os.path.join(directory, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            except FileNotFoundError:
+                if name in PRESET_FILES:  # checked a moment ago: removed since, so nothing is sent
+                    raise
+                continue
+            except OSError as error:
+                if error.errno == errno.ELOOP:
+                    raise _link_error(directory, name) from None
+                raise
+            files[name] = os.fdopen(handle, "rb")
+            if not stat.S_ISREG(os.fstat(handle).st_mode):
+                raise ValueError(f"{quote(os.path.join(directory, name))} is not a regular file; only files are "
+                                 "uploaded.")
+    except BaseException:
+        for file in files.values():
+            file.close()
+        raise
+    return files
 
 
 def _translate_upload_error(error, repo_id):

@@ -5,7 +5,6 @@
 - `keras_vit.writer.files` writes: the claim (`claim`, `Destination`), a
   file replaced in one step (`atomic_write`), a directory built under a
   private name and swapped in, the cleanup of abandoned staging.
-- `keras_vit.writer.uploads` writes only its private copy for an upload.
 
 It imports only `keras_vit.utils` of keras_vit, so every package above can
 write through it.

@@ -1,16 +1,10 @@
 """The writer's writing half: every file keras_vit writes, renames or removes is written here.
 
-A command claims each output at its start (`claim`: the checks of
-`keras_vit.writer.ownership.check_output`, before any work) and writes
-through the claim at its end. A file is written under a private name and
-renamed over the old one; a directory is built under a private name and
-exchanged with the old one in one step (`renameat2(RENAME_EXCHANGE)`;
-where there is none, the old one is moved aside first, and the next save
-of the path moves a killed save's copy back); a run's backup slot is
-written while the pointer names the other. A private name of an ended
-process is removed by the next save of the same path, never by a load.
-Which process of a job writes is its engine's decision alone
-(`engines.current().save_for_job`). Why each rule: docs/reliability.md.
+A command claims each output at its start (`claim`, before any work) and
+writes through the claim: a file under a private name renamed over the old
+one, a directory built under a private name and exchanged with the old one,
+a private name of an ended process removed by the next save of its path.
+The rules and why: docs/reliability.md, "The writer".
 """
 
 import contextlib
@@ -28,26 +22,23 @@ import warnings
 from keras_vit.utils.errors import ArgumentError, quote
 from keras_vit.writer.ownership import (
     FILE,
-    KEEPS_USERS_FILES,
     MARKER,
     NO_SPACE,
     NOT_ALLOWED,
     abandoned,
-    check_no_users_directories,
     check_replaceable,
     check_output,
     check_writable,
     check_writable_names,
     digest_of,
     foreign_entries,
-    killed_save_copies,
     owns,
     private_name,
     read_marker,
 )
 
 
-def claim(path, kind, *, inputs=None, argument=None, names=None, directories=None, reserved=(), make_parents=True):
+def claim(path, kind, *, inputs=None, argument=None, names=None, directories=None, make_parents=True):
     """Check an output before any work and return the `Destination` that writes it.
 
     Args:
@@ -64,8 +55,6 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, directories=Non
         directories: dict `{name: kind}`. With `names`: directories written
             into it whole (`new_directory`, `entry`), each new, empty or
             ours by its own marker.
-        reserved: names a directory of a kind that keeps the user's files
-            will hold: each must be free or ours.
         make_parents: bool. `False` refuses an output whose parent
             directory is missing (a mistyped path fails before the work).
 
@@ -73,7 +62,7 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, directories=Non
         ArgumentError: naming the path, the problem and the argument.
     """
     return Destination(path, kind, inputs=inputs, argument=argument, names=names, directories=directories,
-                       reserved=reserved, make_parents=make_parents)
+                       make_parents=make_parents)
 
 
 class Destination:
@@ -86,15 +75,14 @@ class Destination:
     claimed entry only while it holds what keras_vit wrote.
     """
 
-    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, directories=None, reserved=(),
-                 make_parents=True):
+    def __init__(self, path, kind, *, inputs=None, argument=None, names=None, directories=None, make_parents=True):
         if path is None:
             raise ArgumentError("{name} is required: give a path to write to.", argument)
         self.path, self.given, self.kind, self.argument = os.path.abspath(os.fspath(path)), os.fspath(path), kind, argument
-        self.directories, self.reserved = dict(directories or {}), tuple(reserved)
+        self.directories = dict(directories or {})
         self.names = None if names is None else [*names, *self.directories]
         check_output(self.path, kind, given=self.given, argument=argument, inputs=inputs, names=self.names,
-                     directories=self.directories, reserved=self.reserved, make_parents=make_parents)
+                     directories=self.directories, make_parents=make_parents)
 
     def __fspath__(self):
         return self.path
@@ -107,14 +95,6 @@ class Destination:
         if self.names is None or name not in self.names:
             raise ValueError(f"{name!r} was not claimed in {quote(self.path)} (claimed: {self.names}).")
         return os.path.join(self.path, name)
-
-    def _prepare(self, name):
-        if name is not None:
-            # The one check after the claim: names are written into a directory at each epoch of a run (the
-            # log, the pointer) or after the work, and a file the user put at `name` since is refused.
-            check_writable_names(self.path, [name], self.kind, self.argument)
-            os.makedirs(self.path, exist_ok=True)
-        _clean_abandoned(self._target(name))
 
     def _announce(self, name):
         """Before `name` is put in place, its new digest beside the old in the marker: at no time is a file
@@ -150,7 +130,11 @@ class Destination:
     @contextlib.contextmanager
     def staged(self, name=None, suffix=""):
         """A private temporary path (ending in `suffix`) renamed onto the file when the block succeeds."""
-        self._prepare(name)
+        if name is not None:
+            # The one check after the claim: names are written into a directory at each epoch of a run (the
+            # log, the pointer) or after the work, and a file the user put at `name` since is refused.
+            check_writable_names(self.path, [name], self.kind, self.argument)
+            os.makedirs(self.path, exist_ok=True)
         with _staged_path(self._target(name), suffix, before_replace=self._announce(name)) as temporary:
             yield temporary
         self._record(name)
@@ -186,7 +170,7 @@ class Destination:
             raise ValueError(f"{name!r} was not claimed as a directory in {quote(self.path)}.")
         entry = copy.copy(self)  # checked by this claim, as one of its `directories`
         entry.path = entry.given = os.path.join(self.path, name)
-        entry.kind, entry.names, entry.directories, entry.reserved = self.directories[name], None, {}, ()
+        entry.kind, entry.names, entry.directories = self.directories[name], None, {}
         return entry
 
     @contextlib.contextmanager
@@ -200,14 +184,14 @@ class Destination:
         names = None if self.names is None else [name for name in self.names if name not in self.directories]
         with tempfile.TemporaryDirectory(prefix="keras_vit-discarded-") as scratch:
             yield Destination(os.path.join(scratch, os.path.basename(self.path) or "saved"), self.kind,
-                              names=names, directories=self.directories, reserved=self.reserved)
+                              names=names, directories=self.directories)
 
     @contextlib.contextmanager
     def new_directory(self, name):
         """Write claimed directory `name` anew: built under a private name, the old one removed, the new renamed in.
 
         For a directory nothing reads while it is written (the backup slot
-        a run's pointer does not name), so nothing is exchanged or carried:
+        a run's pointer does not name), so nothing is exchanged:
         a kill leaves the old directory, a part of it (ours by its marker)
         or the new one, and at most a staging name the next write removes.
         """
@@ -215,11 +199,10 @@ class Destination:
         if kind is None:
             raise ValueError(f"{name!r} was not claimed as a directory in {quote(self.path)}.")
         os.makedirs(self.path, exist_ok=True)
-        _clean_abandoned(path)
         staging = os.path.join(self.path, private_name(name, "incoming"))
         try:
             os.mkdir(staging)
-            _write_marker(staging, kind, {}, staging=[])  # a leftover is recognisably ours
+            _write_marker(staging, kind, {}, staging=True)  # a leftover is recognisably ours
             yield staging
             _write_marker(staging, kind, _digests(staging))
             _flush_tree(staging)
@@ -229,6 +212,7 @@ class Destination:
                 _remove_ours(path)
             os.rename(staging, path)
             _flush_directory(self.path)
+            remove_abandoned(path)
         except BaseException as error:
             if os.path.isdir(staging):
                 with contextlib.suppress(OSError):
@@ -240,21 +224,20 @@ class Destination:
     def directory(self):
         """A staging directory to write into; on success exchanged with the directory at the path in one step.
 
-        What it holds is recorded as ours (with digests); the user's plain
-        files of a kind that keeps them are carried (hard links); the old
-        content that was ours is removed. On failure the path keeps its old
-        content.
+        What it holds is recorded as ours (with digests); the old content,
+        ours by the claim's check, is removed. On failure the path keeps its
+        old content.
         """
         if self.kind == FILE or self.names is not None:
             raise ValueError(f"{quote(self.path)} was claimed as a file or for names, not as a directory to replace.")
-        with _replaced_directory(self.path, self.kind, self.argument, self.reserved) as staging:
+        with _replaced_directory(self.path, self.kind, self.argument) as staging:
             yield staging
 
 
-def _write_marker(directory, kind, entries, staging=None):
+def _write_marker(directory, kind, entries, staging=False):
     document = {"writer": "keras_vit", "kind": kind, "entries": dict(sorted(entries.items()))}
-    if staging is not None:  # a directory being built: what of it is the user's (carried), the rest ours
-        document["staging"] = {"pid": os.getpid(), "carried": sorted(staging)}
+    if staging:  # a directory being built: all of it is ours, whatever its digests
+        document["staging"] = {"pid": os.getpid()}
     with atomic_write(os.path.join(directory, MARKER), "w", checked=True) as file:
         json.dump(document, file, indent=1)
 
@@ -283,7 +266,6 @@ def atomic_write(path, mode="wb", checked=False):
         raise ValueError(f"`mode` must be 'w' or 'wb'. Received: mode={mode!r}")
     if not checked:
         check_writable(path)
-    _clean_abandoned(path)  # a killed earlier write's private temporary: ours, of an ended process
     with _staged_path(path) as temporary, open(temporary, mode.replace("w", "x")) as file:
         yield file
         file.flush()
@@ -314,7 +296,8 @@ def _staged_path(path, suffix="", before_replace=None):
     """A private temporary path beside `path`, renamed onto it when the block succeeds.
 
     The file gets the mode of the file it replaces, or what the umask gives
-    a new one; `before_replace(temporary)` runs just before the rename.
+    a new one; `before_replace(temporary)` runs just before the rename. Once
+    it is in place, what killed writes of `path` left beside it goes.
     """
     directory, base = os.path.split(os.path.abspath(path))
     temporary = os.path.join(directory, private_name(base, "tmp", suffix))
@@ -330,6 +313,7 @@ def _staged_path(path, suffix="", before_replace=None):
         if before_replace is not None:
             before_replace(temporary)
         os.replace(temporary, path)
+        remove_abandoned(path)
     except BaseException as error:
         with contextlib.suppress(OSError):
             os.remove(temporary)
@@ -422,65 +406,53 @@ def exchange_paths(first, second):
 
 
 @contextlib.contextmanager
-def _replaced_directory(path, kind, argument=None, reserved=()):
+def _replaced_directory(path, kind, argument=None):
     parent, base = os.path.split(path)
     os.makedirs(parent, exist_ok=True)
-    recover_abandoned(path)
-    # Again, on purpose: the work came between the claim and now; a file the user put there since is refused.
-    check_replaceable(path, kind, argument, names=reserved)
     staging = os.path.join(parent, private_name(base, "incoming"))
     try:
         os.mkdir(staging)  # mode 0o777 & ~umask
-        _write_marker(staging, kind, {}, staging=[])  # a leftover is recognisably ours
+        _write_marker(staging, kind, {}, staging=True)  # a leftover is recognisably ours
         yield staging
-        entries = _digests(staging)
-        carried = []
-        if kind in KEEPS_USERS_FILES and os.path.isdir(path):
-            carried = foreign_entries(path, kind)
-            check_no_users_directories(path, carried, argument)  # again: one made during the work is refused
-            for name in carried:
-                if name in entries:
-                    raise ArgumentError(f"{{name}} {quote(path)} holds {name}, which keras_vit did not write; it "
-                                        "would overwrite it. Move it away and save again.", argument)
-            _write_marker(staging, kind, {}, staging=carried)
-            for name in carried:  # the same file under two names until the old directory goes
-                os.link(os.path.join(path, name), os.path.join(staging, name), follow_symlinks=False)
         # From here the staging directory's marker is the new directory's.
-        _write_marker(staging, kind, entries)
+        _write_marker(staging, kind, _digests(staging))
+        # Again, on purpose: the work came between the claim and now; a file the user put there since is refused.
+        check_replaceable(path, kind, argument)
+        retired = None
         if not os.path.isdir(path):
             os.rename(staging, path)
-            return
-        _keep_modes(path, staging, skip=carried)
-        if exchange_paths(staging, path):
-            retired = staging
         else:
-            retired = os.path.join(parent, private_name(base, "old"))
-            os.rename(path, retired)
-            try:
-                os.rename(staging, path)
-            except BaseException:
-                os.rename(retired, path)
-                raise
+            _keep_modes(path, staging)
+            if exchange_paths(staging, path):
+                retired = staging
+            else:
+                retired = os.path.join(parent, private_name(base, "old"))
+                os.rename(path, retired)
+                try:
+                    os.rename(staging, path)
+                except BaseException:
+                    os.rename(retired, path)
+                    raise
         staging = None
         try:
-            _remove_retired(retired, path)
+            if retired is not None:
+                _remove_ours(retired)
         except OSError as error:  # the new content is in place; the next save of `path` removes the rest
             warnings.warn(f"{quote(path)} was saved, but its old content could not be removed ({error}); the "
                           "next save of it removes it.", UserWarning, stacklevel=3)
+        remove_abandoned(path)  # a killed save's old copy goes only now that the new content is in place
     except BaseException as error:
         if staging is not None and os.path.isdir(staging):
             with contextlib.suppress(OSError):  # what stays is of an ended process: the next save removes it
-                _remove_retired(staging, path)
+                _remove_ours(staging)
         _raise_for_user(error, path)
         raise
 
 
-def _keep_modes(old, new, skip=()):
+def _keep_modes(old, new):
     """Give `new` the mode of `old`, and each regular file the mode of its namesake (a private preset stays so)."""
     os.chmod(new, stat.S_IMODE(os.stat(old).st_mode))
     for name in os.listdir(new):
-        if name in skip:
-            continue
         try:
             before, after = os.lstat(os.path.join(old, name)), os.lstat(os.path.join(new, name))
         except OSError:
@@ -489,74 +461,46 @@ def _keep_modes(old, new, skip=()):
             os.chmod(os.path.join(new, name), stat.S_IMODE(before.st_mode))
 
 
-def _remove_retired(directory, path):
-    """Remove what keras_vit wrote in a staging or retired `directory`; keep the rest (the user's).
+def _remove_ours(directory):
+    """Remove what keras_vit wrote in `directory` (a slot, staging, a retired copy), its marker last, then the directory.
 
-    An entry goes when it is ours by the marker's digest, when the marker
-    says the directory was staging and the entry was not carried from the
-    user, or when it is the same file as its namesake at `path` (a carried
-    hard link). Anything else goes back to `path` when its name is free
-    there, else stays, with the directory.
+    An entry goes when the marker says the directory was staging (all of it
+    ours), when it holds what the marker records, or when it is a private
+    name of an ended process; a kill leaves a part that is still ours.
+    Anything else (a file a user put there) stays, with the directory, and
+    a warning names it.
     """
     marker = {}
     with contextlib.suppress(OSError, ValueError):
         with open(os.path.join(directory, MARKER), encoding="utf-8") as file:
             marker = json.load(file)
-    marker = marker if isinstance(marker, dict) and marker.get("writer") == "keras_vit" else {}
-    staging = marker.get("staging") if isinstance(marker.get("staging"), dict) else None
-    carried = set(staging.get("carried", [])) if staging else set()
+    staging = isinstance(marker, dict) and marker.get("writer") == "keras_vit" and "staging" in marker
     _, entries = read_marker(directory)
     kept = []
     for name in os.listdir(directory):
         if name == MARKER:
             continue
-        entry, twin = os.path.join(directory, name), os.path.join(path, name)
-        ours = (staging is not None and name not in carried) or owns(directory, name, entries) or abandoned(name)
-        if ours or _same_file(entry, twin):
-            if os.path.isdir(entry) and not os.path.islink(entry):
-                # Renamed first: a private name of an ended process is ours wherever it is found, so a kill inside
-                # the removal leaves only that.
-                doomed = os.path.join(directory, name if abandoned(name) else private_name(name, "old"))
-                try:
-                    if doomed != entry:
-                        os.rename(entry, doomed)
-                except OSError as error:  # a name too long for its private name: removed where it is
-                    if error.errno != errno.ENAMETOOLONG:
-                        raise
-                    doomed = entry
-                shutil.rmtree(doomed)
-            else:
-                os.remove(entry)
-        elif os.path.isdir(path) and not os.path.lexists(twin):
-            os.rename(entry, twin)
-        else:
+        entry = os.path.join(directory, name)
+        if not (staging or owns(directory, name, entries) or abandoned(name)):
             kept.append(name)
+        elif os.path.isdir(entry) and not os.path.islink(entry):
+            # Renamed first: a private name of an ended process is ours wherever it is found, so a kill inside
+            # the removal leaves only that.
+            doomed = os.path.join(directory, name if abandoned(name) else private_name(name, "old"))
+            try:
+                if doomed != entry:
+                    os.rename(entry, doomed)
+            except OSError as error:  # a name too long for its private name: removed where it is
+                if error.errno != errno.ENAMETOOLONG:
+                    raise
+                doomed = entry
+            shutil.rmtree(doomed)
+        else:
+            os.remove(entry)
     if kept:
         warnings.warn(f"{quote(directory)} keeps {', '.join(sorted(kept))}, which keras_vit did not write; "
                       "move them back where they belong.", UserWarning, stacklevel=3)
         return
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(directory, MARKER))
-    os.rmdir(directory)
-
-
-def _same_file(first, second):
-    try:
-        a, b = os.lstat(first), os.lstat(second)
-    except OSError:
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-def _remove_ours(directory):
-    """Remove a directory keras_vit wrote whole, its marker last: a kill leaves a part of it that is still ours."""
-    for name in os.listdir(directory):
-        if name != MARKER:
-            entry = os.path.join(directory, name)
-            if os.path.isdir(entry) and not os.path.islink(entry):
-                shutil.rmtree(entry)
-            else:
-                os.remove(entry)
     with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(directory, MARKER))
     os.rmdir(directory)
@@ -584,29 +528,21 @@ def _flush_directory(directory):
             os.close(descriptor)
 
 
-def recover_abandoned(path):
-    """Clean what a killed save of `path` left beside it: private names of ended processes on this host only.
+def remove_abandoned(path):
+    """Remove what killed writes of `path` left beside it: private names of ended processes on this host only.
 
-    A killed swap without exchange leaves no directory at `path`: its old
-    copy (keras_vit's, `killed_save_copies`) is moved back first. Called by
-    saves of `path`, never by a load.
+    A staging directory, a temporary file, or the old copy a kill between
+    the fallback's two renames left (a load names it with the `mv` that
+    restores it). Called once a save's new content is in place, never by a
+    load; a failure here leaves the rest to the next save.
     """
-    path = os.path.abspath(os.fspath(path))
-    parent, base = os.path.split(path)
-    if not os.path.isdir(parent):
-        return
-    leftovers = [os.path.join(parent, name) for name in os.listdir(parent) if abandoned(name, base)]
-    retired = killed_save_copies(path)[0]
-    if retired is not None:
-        os.rename(retired, path)
-        leftovers.remove(retired)
-    for entry in leftovers:
-        if os.path.isdir(entry) and not os.path.islink(entry):
-            _remove_retired(entry, path)
-        elif os.path.lexists(entry):
-            os.remove(entry)  # a temporary file: never a user's name
-
-
-def _clean_abandoned(path):
+    parent, base = os.path.split(os.path.abspath(os.fspath(path)))
     with contextlib.suppress(OSError):
-        recover_abandoned(path)
+        for name in os.listdir(parent):
+            entry = os.path.join(parent, name)
+            if not abandoned(name, base):
+                continue
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                _remove_ours(entry)
+            else:
+                os.remove(entry)  # a temporary file or a link: never a user's name

@@ -1,19 +1,9 @@
 """What keras_vit may write, decided before any work. This module reads; it never writes.
 
-- **Ownership by content.** A directory keras_vit writes carries a marker,
-  `.keras_vit.json`, naming its kind and each entry keras_vit wrote with its
-  SHA-256. An entry is ours only while it holds what we wrote; anything
-  else (a file the user added or edited, an old marker's name without a
-  digest) is the user's.
-- **Identity, not spelling.** Paths are compared by the device and inode of
-  the file and of every directory above it: a link, `..`, a hard link or a
-  bind mount cannot hide that an output is, holds or lies inside an input.
-- **Private names** are `.NAME.keras_vit-HOST-PID-RANDOM.ROLE` (HOST: a tag
-  of the hostname and the PID namespace); one whose process ended here is
-  abandoned: keras_vit's to clean, never a user's file.
-- **A claim's checks** (`check_output`), made once at a command's start.
-
-`keras_vit.writer.files` writes. Why each rule: docs/reliability.md, "The writer".
+Ownership markers and digests (an entry is ours only while it holds what we
+wrote), identity of paths (device and inode, not spelling), private names
+and whether their process ended, and a claim's checks (`check_output`).
+`keras_vit.writer.files` writes. The rules and why: docs/reliability.md, "The writer".
 """
 
 import errno
@@ -29,23 +19,12 @@ from keras_vit.utils.errors import ArgumentError, quote
 
 MARKER = ".keras_vit.json"
 # What keras_vit writes at a path: `FILE` (one file, whatever its format: its name says which,
-# `output_format`), or the kind of directory its marker records ("preset", "run", "huggingface", ...).
+# `keras_vit.commands.arguments.output_format`), or the kind of directory its marker records ("preset", "run", "huggingface", ...).
 FILE = "file"
-# Directory kinds whose replacement keeps the user's plain files in them (as hard links); the others refuse
-# a directory holding anything keras_vit did not write there.
-KEEPS_USERS_FILES = ("huggingface",)
 CHUNK = 1 << 20  # bytes read at a time
 # The failures of a write that name their cause and fix for the user: a full disk (or quota), and a refusal.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
-# The one place a command's output format is named: by the ending of the name; any other name is a directory.
-OUTPUT_FILE_FORMATS = {".keras": "keras", ".weights.h5": "weights", ".safetensors": "safetensors"}
-
-
-def output_format(path):
-    """The format of file an output path names: `"keras"`, `"weights"`, `"safetensors"`, or `None` (a directory)."""
-    lower = os.fspath(path).lower()
-    return next((found for ending, found in OUTPUT_FILE_FORMATS.items() if lower.endswith(ending)), None)
 
 
 # === Private names ===
@@ -88,32 +67,6 @@ def abandoned(name, base=None):
     except PermissionError:  # alive, another user's
         return False
     return False
-
-
-def killed_save_copies(path):
-    """What a killed save of a missing `path` left beside it: `(restorable, not_ours)`.
-
-    Where the system has no atomic exchange, a save moves the old directory
-    aside (`.NAME.keras_vit-HOST-PID-RANDOM.old`) before moving the new one
-    in; a kill between leaves `path` missing. Only such names of an ended
-    process here count: `restorable` is the newest that is keras_vit's (a
-    directory with our marker) or `None`; `not_ours` lists the others (a
-    link, a file, an unmarked directory), never read, followed or moved.
-    """
-    path = os.path.abspath(os.fspath(path))
-    parent, base = os.path.split(path)
-    if os.path.lexists(path) or not os.path.isdir(parent):
-        return None, []
-    restorable, not_ours = [], []
-    for name in sorted(os.listdir(parent)):
-        if not (abandoned(name, base) and name.endswith(".old")):
-            continue
-        entry = os.path.join(parent, name)
-        if os.path.isdir(entry) and not os.path.islink(entry) and read_marker(entry)[0] is not None:
-            restorable.append(entry)
-        else:
-            not_ours.append(entry)
-    return (max(restorable, key=os.path.getmtime) if restorable else None), not_ours
 
 
 # === Ownership ===
@@ -224,8 +177,6 @@ def check_not_nested(output, others, argument=None):
     Raises:
         ArgumentError: e.g. "`output` ... is the model ...".
     """
-    if output is None:
-        return
     for what, paths in dict(others).items():
         for other in [paths] if isinstance(paths, (str, os.PathLike)) or paths is None else paths:
             relation = None if other is None else path_relation(output, other)
@@ -238,7 +189,7 @@ def check_not_nested(output, others, argument=None):
 # === A claim's checks, before any work ===
 
 
-def check_output(path, kind, *, given=None, argument=None, inputs=None, names=None, directories=None, reserved=(),
+def check_output(path, kind, *, given=None, argument=None, inputs=None, names=None, directories=None,
                  make_parents=True):
     """Refuse, before any work, an output (as `keras_vit.writer.files.claim` takes it) that would lose a user's file or fail after the work.
 
@@ -266,20 +217,17 @@ def check_output(path, kind, *, given=None, argument=None, inputs=None, names=No
             check_replaceable(os.path.join(path, name), entry_kind, argument)
         _check_parent_writable(os.path.join(path, names[0] if names else "."), argument)  # what exists above
     else:
-        check_replaceable(path, kind, argument, names=reserved)
-        retired = killed_save_copies(path)[0]
-        if retired is not None:  # the save moves a killed save's copy back first: checked now, not after
-            check_replaceable(retired, kind, argument, names=reserved)
+        check_replaceable(path, kind, argument)
         _check_parent_writable(path, argument)  # the new directory is built beside it (a read-only mount)
 
 
-def check_replaceable(path, kind, argument=None, names=()):
+def check_replaceable(path, kind, argument=None):
     """Refuse to replace directory `path` where that would replace a user's file.
 
     A missing path, an empty directory or one that holds only what
-    keras_vit wrote there as a `kind` directory may be replaced. A kind that
-    keeps the user's files (`KEEPS_USERS_FILES`) needs only `names` free or
-    ours, and none of the user's entries a directory.
+    keras_vit wrote there as a `kind` directory may be replaced; anything
+    else in it (a README, a `notes/` folder) is named, never carried,
+    copied or moved.
 
     Raises:
         ArgumentError: naming the path, the entries that are not ours and the argument.
@@ -291,58 +239,12 @@ def check_replaceable(path, kind, argument=None, names=()):
         raise ArgumentError(f"{{name}} {quote(path)} exists and is not a directory; keras_vit writes a directory "
                             "there. Choose another path.", argument)
     foreign = foreign_entries(path, kind)
-    if kind in KEEPS_USERS_FILES:
-        check_no_users_directories(path, foreign, argument)
-        taken = [name for name in foreign if name in names]
-        if taken:
-            raise ArgumentError(
-                f"{{name}} {quote(path)} already holds {', '.join(taken)}, which keras_vit did not write; it would "
-                "overwrite them. Choose another directory, or move those files away.", argument)
-        return
-    if foreign and _written_by_keras_hub(path, foreign):
-        raise ArgumentError(
-            f"{{name}} {quote(path)} holds keras-hub's task files ({', '.join(foreign)}): keras-hub's "
-            "`Task.save_to_preset` is saving a task whose backbone is a keras_vit model, and keras-hub cannot "
-            "load a keras_vit backbone from a preset. Save the whole task as one file instead: "
-            "`task.save('task.keras')` (it loads with `keras.saving.load_model('task.keras')` once keras_vit and "
-            "keras_hub are imported), or the backbone alone with `keras_vit`: "
-            "`task.backbone.save_to_preset(another_directory)`.", argument)
     if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise ArgumentError(
-            f"{{name}} {quote(path)} holds files keras_vit did not write there ({_shown(foreign)}); writing the "
-            f"{kind} there would replace them. Choose a new or empty directory.", argument)
-
-
-def _shown(names):
-    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-
-
-def check_no_users_directories(path, foreign, argument=None):
-    """Refuse a directory to replace whole that holds directories of the user's (of `foreign`), naming each.
-
-    The user's plain files are kept as hard links (the same file); a
-    directory cannot be linked, and a copy would be a second version, so
-    none is copied, moved or read.
-    """
-    directories = [name for name in foreign if os.path.isdir(os.path.join(path, name))
-                   and not os.path.islink(os.path.join(path, name))]
-    if directories:
-        raise ArgumentError(
-            f"{{name}} {quote(path)} holds directories keras_vit did not write ({_shown(directories)}); keras_vit "
-            "replaces this directory whole and keeps only your plain files in it, never a directory (it would have "
-            f"to copy it). Move them out of {quote(path)}, or export to another directory.", argument)
-
-
-def _written_by_keras_hub(directory, foreign):
-    """True if `foreign` holds keras-hub's `task.json` (written by `PresetSaver.save_task` before the backbone's save)."""
-    if "task.json" not in foreign:
-        return False
-    try:
-        with open(os.path.join(directory, "task.json"), encoding="utf-8") as file:
-            document = json.load(file)
-    except (OSError, ValueError):
-        return False
-    return isinstance(document, dict) and str(document.get("registered_name", "")).startswith("keras_hub>")
+            f"{{name}} {quote(path)} holds files keras_vit did not write there ({shown}); keras_vit replaces this "
+            f"directory whole, so writing the {kind} there would replace them. Choose a new or empty directory, "
+            f"or move {'them' if len(foreign) > 1 else quote(foreign[0])} out of {quote(path)}.", argument)
 
 
 def check_writable_names(directory, names, kind, argument=None):

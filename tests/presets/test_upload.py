@@ -1,6 +1,5 @@
 """`keras_vit.upload_preset` against a fake hub (no network): what is checked, the card, the files sent."""
 
-import fnmatch
 import json
 import os
 import shutil
@@ -14,7 +13,7 @@ from tests.presets.preset_helpers import http_response, images, tiny_classifier,
 
 
 class FakeHub:
-    """Records create_repo / upload_folder like huggingface_hub.HfApi; keeps the files a commit sends."""
+    """Records create_repo / create_commit like huggingface_hub.HfApi; keeps the files a commit sends."""
 
     def __init__(self, root):
         self.root = root
@@ -26,15 +25,14 @@ class FakeHub:
         assert repo_type == "model" and exist_ok
         self.repos.setdefault(repo_id, {"private": private})
 
-    def upload_folder(self, repo_id, folder_path, repo_type="model", allow_patterns=None, commit_message=None):
+    def create_commit(self, repo_id, operations, commit_message=None, repo_type="model"):
         if self.fail is not None:
             raise self.fail
-        assert repo_id in self.repos, "upload_folder before create_repo"
+        assert repo_id in self.repos, "create_commit before create_repo"
         sent = {}
-        for name in sorted(os.listdir(folder_path)):  # huggingface_hub's filter: fnmatch on relative paths
-            if allow_patterns is None or any(fnmatch.fnmatch(name, pattern) for pattern in allow_patterns):
-                with open(os.path.join(folder_path, name), "rb") as file:
-                    sent[name] = file.read()
+        for operation in operations:  # huggingface_hub's CommitOperationAdd, read as the hub library reads it
+            with operation.as_file() as file:
+                sent[operation.path_in_repo] = file.read()
         oid = f"{len(self.commits) + 1:040x}"
         self.commits.append({"repo_id": repo_id, "files": sent, "message": commit_message, "oid": oid})
         return type("CommitInfo", (), {"oid": oid})()
@@ -82,6 +80,23 @@ def test_upload_sends_the_preset_and_a_model_card(fake_hub, tmp_path):
     assert "5 classes: `cat`, `dog`, `bird`, `fish`, `frog`." in card
     assert "- dataset: pets-5" in card and "- epochs: 3" in card and "- learning rate: 0.001" in card
     assert 'keras_vit.ViTClassifier.from_preset("hf://me/tiny-vit")' in card
+
+
+def test_upload_sends_the_files_themselves_and_copies_nothing(fake_hub, tmp_path, monkeypatch):
+    # 3da728a: a private copy of the preset was made in TMPDIR for every upload (one more mechanism: staged,
+    # cleaned after a kill, named when TMPDIR was full). Now the files are sent as opened, without following links.
+    import tempfile
+
+    _, directory = saved(tmp_path)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    made, mkdir = [], os.mkdir
+    monkeypatch.setattr(os, "mkdir", lambda path, *args, **kwargs: made.append(path) or mkdir(path, *args, **kwargs))
+    keras_vit.upload_preset(directory, "hf://me/tiny-vit")
+    assert not [path for path in made if str(path).startswith(str(scratch))] and os.listdir(scratch) == []
+    (commit,) = fake_hub.commits
+    assert commit["files"]["model.weights.h5"] == (directory / "model.weights.h5").read_bytes()
 
 
 def test_upload_keeps_an_existing_card_and_names_the_variant(fake_hub, tmp_path):

@@ -2,10 +2,10 @@
 
 For each writer (a preset, a `.keras` file, `keras-vit convert` and
 `keras-vit quantize`, the Hugging Face and timm exports, `export_model`, the
-epoch backup, the LoRA file, figures, the upload staging) the harness:
+epoch backup, the LoRA file, figures, the upload's model card) the harness:
 
 1. builds a sandbox once: an OLD output from a previous save, and files that
-   are not ours beside it (and, for the writers that keep them, inside it);
+   are not ours beside it (and inside it where the writer writes names into the user's directory: a run, figures);
 2. runs the writer once in a child with a counter on every file-system call
    Python makes (`mkdir`, an open for writing, `write`, `fsync`,
    `rename`/`replace`, `link`/`symlink`, `unlink`/`rmdir`, `chmod`,
@@ -29,7 +29,7 @@ epoch backup, the LoRA file, figures, the upload staging) the harness:
        it was, after the fault and after the rerun; keras_vit's staging may
        be left by the fault only;
    (d) "unblocked": after the rerun nothing of keras_vit's staging is left
-       (no `.incoming`, no `.old`, no temporary file, no upload copy);
+       (no `.incoming`, no `.old`, no temporary file);
    (e) "clear error" (ENOSPC and EACCES): the child was not killed by a
        signal; the writer raised an `OSError` or a keras_vit error (a
        command: exit 1 and a few lines without a traceback) whose message
@@ -82,7 +82,7 @@ TEMP = "tmp"
 PROPERTIES = ("whole", "rerun", "untouched", "unblocked", "clear_error")
 CHILD_TIMEOUT = 120.0
 # A path component of keras_vit's staging: `.NAME.keras_vit-HOST-PID-RANDOM.ROLE`, or a scratch directory
-# `keras_vit-upload-...` / `keras_vit-discarded-...` in the temporary directory.
+# `keras_vit-discarded-...` in the temporary directory.
 _STAGING_MARK = "keras_vit-"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -511,9 +511,9 @@ def writers():
     # --- exports ---
     def huggingface_prepare(root, models):
         export_huggingface(models["old"], at(root, "out", "hf"))
-        # A user's plain files in the export are kept (hard links); a directory of theirs is refused up front
-        # (tests/reliability/test_no_user_tree_copied.py), so none is here.
-        _user_files(root, "out/hf/README.md", "out/hf/model-card-notes.txt", "out/NOTES.txt")
+        # A user's file inside the export is refused up front, never carried
+        # (tests/reliability/test_no_user_tree_copied.py), so the user's file here is beside it.
+        _user_files(root, "out/NOTES.txt")
 
     def huggingface_write(root, models):
         export_huggingface(models["new"], at(root, "out", "hf"))
@@ -576,7 +576,7 @@ def writers():
     def figures_write(root, models):
         _figures(at(root, "figs"), 1)
 
-    # --- upload: the model card written into the preset, and the private copy that is sent ---
+    # --- upload: the model card written into the preset, and the files sent ---
     def upload_prepare(root, models):
         models["new"].save_to_preset(at(root, "out", "preset"))
         _user_files(root, "out/NOTES.txt")
@@ -591,8 +591,7 @@ def writers():
         Writer("keras", ["out/model.keras"], keras_prepare, keras_write),
         Writer("convert-cli", ["out/model.keras"], convert_prepare, convert_write, cli=True),
         Writer("quantize-cli", ["out/int8.keras"], quantize_prepare, quantize_write, cli=True),
-        Writer("huggingface", ["out/hf"], huggingface_prepare, huggingface_write,
-               user_inside=("out/hf/README.md", "out/hf/model-card-notes.txt")),
+        Writer("huggingface", ["out/hf"], huggingface_prepare, huggingface_write),
         Writer("timm", ["out/model.safetensors"], timm_prepare, timm_write),
         Writer("export-saved_model", ["out/graph"], export_prepare, export_write, backend="tensorflow",
                graphs=["out/graph"]),
@@ -688,7 +687,7 @@ def _figures(directory, seed):
 
 
 class _FakeHub:
-    """The hub's API, offline: the upload reads the private copy, which must hold the directory's files whole."""
+    """The hub's API, offline: what the upload sends must be the directory's files, whole."""
 
     def __init__(self, directory):
         self.directory = directory
@@ -696,12 +695,12 @@ class _FakeHub:
     def create_repo(self, **kwargs):
         return None
 
-    def upload_folder(self, folder_path, **kwargs):
-        for name in os.listdir(folder_path):
-            with builtins.open(os.path.join(folder_path, name), "rb") as sent, \
-                    builtins.open(os.path.join(self.directory, name), "rb") as kept:
+    def create_commit(self, operations, **kwargs):
+        for operation in operations:
+            name = operation.path_in_repo
+            with operation.as_file() as sent, builtins.open(os.path.join(self.directory, name), "rb") as kept:
                 if sent.read() != kept.read():
-                    raise AssertionError(f"the upload's copy of {name} differs from the file")
+                    raise AssertionError(f"what the upload sends of {name} differs from the file")
         return type("Info", (), {"oid": "0" * 40})()
 
 

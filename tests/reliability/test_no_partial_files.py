@@ -48,13 +48,14 @@ def test_unsupported_dtype_fails_before_writing(tmp_path):
 
 def test_huggingface_export_writes_only_its_three_files(tmp_path):
     directory = tmp_path / "out"
-    directory.mkdir()
-    (directory / "README.md").write_text("mine")
     export_huggingface(tiny_classifier(), directory)
-    assert sorted(os.listdir(directory)) == [".keras_vit.json", "README.md", "config.json", "model.safetensors",
+    assert sorted(os.listdir(directory)) == [".keras_vit.json", "config.json", "model.safetensors",
                                              "preprocessor_config.json"]
-    assert (directory / "README.md").read_text() == "mine"
     assert sorted(os.listdir(tmp_path)) == ["out"]
+    (directory / "README.md").write_text("mine")  # a user's file: the folder is no longer keras_vit's alone
+    with pytest.raises(ValueError, match="README.md"):
+        export_huggingface(tiny_classifier(), directory)
+    assert (directory / "README.md").read_text() == "mine"
 
 
 def test_huggingface_export_into_a_file_is_refused(tmp_path):

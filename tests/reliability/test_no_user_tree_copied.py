@@ -1,14 +1,13 @@
-"""Nothing copies a user's tree: an export folder holding a directory that is not keras_vit's is refused up front.
+"""Nothing carries a user's files: an export folder holding anything that is not keras_vit's is refused up front.
 
 The Hugging Face export replaced its folder whole and carried a user's
-directories into the new one as copies. Each case below failed on main at
-9cfee28 (said in each test): a copy is a second version that can lose the
-first, and every kind of entry a tree can hold (a mount point, a hard link,
-another user's directory, a deep tree, an unreadable file) was a case of its
-own. Now such a folder is refused before any work, naming each directory and
-the fix; nothing is read, copied, moved or chowned. A user's plain files
-(a hub model card `README.md`) are still kept, as hard links: the same file,
-never a copy (tests/reliability/test_writer_keeps_users_files.py).
+directories into the new one as copies (and, until 3da728a, their plain
+files as hard links). Each case below failed on main at 9cfee28 (said in
+each test): a copy is a second version that can lose the first, and every
+kind of entry a tree can hold (a mount point, a hard link, another user's
+directory, a deep tree, an unreadable file) was a case of its own. Now such
+a folder is refused before any work, naming its entries and the fix; nothing
+is read, copied, moved or chowned.
 """
 
 import os
@@ -55,9 +54,27 @@ def test_a_users_directory_is_refused_by_name_before_any_work(exported, model, t
     (exported / "README.md").write_text("my model card")
     before = snapshot(tmp_path)
     message = refused(model, exported)
-    assert "notes" in message and "data" in message and "README.md" not in message, message
-    assert "Move them out" in message and "export to another directory" in message, message
+    assert "notes" in message and "data" in message and "README.md" in message, message
+    assert "Choose a new or empty directory, or move them out of" in message, message
     assert snapshot(tmp_path) == before and not staging_left(exported)
+
+
+@one_backend
+def test_a_users_model_card_alone_is_refused_by_name_and_kept_byte_for_byte(exported, model, tmp_path):
+    # 3da728a: README.md was carried into the new export as a hard link (a mechanism with cases of its own).
+    (exported / "README.md").write_text("my model card")
+    before = snapshot(tmp_path)
+    message = refused(model, exported)
+    assert f"move README.md out of {exported}" in message, message
+    assert snapshot(tmp_path) == before and not staging_left(exported)
+
+
+@one_backend
+def test_many_entries_are_named_a_few_and_counted(exported, model):
+    for index in range(8):
+        (exported / f"note{index}.txt").write_text("mine")
+    message = refused(model, exported)
+    assert "note0.txt" in message and "and 3 more" in message and "note7.txt" not in message, message
 
 
 @one_backend

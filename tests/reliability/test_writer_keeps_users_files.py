@@ -234,20 +234,25 @@ def test_a_kill_while_the_weights_are_written_leaves_the_old_directory_whole(tmp
 
 
 @one_backend
-def test_a_rerun_after_a_kill_in_a_users_folder_is_not_refused(tmp_path, monkeypatch, capsys):
-    # main: the rerun was refused: "already holds config.json, which keras_vit did not write".
+def test_an_export_into_a_users_folder_is_refused_and_a_kill_there_leaves_it_as_it_was(tmp_path, monkeypatch, capsys):
+    # 3da728a: the export carried README.md into the new folder (a hard link). Now the folder is refused before
+    # any work, naming README.md; a kill of an export into a new folder inside it leaves the user's file as it was.
     b = _hf_source(tmp_path, "b", 5)
     folder = tmp_path / "project"
     folder.mkdir()
     (folder / "README.md").write_text("my project")
-    restore = _kill_while_writing_the_weights(monkeypatch)
-    assert cli.main(["convert", str(b), str(folder), "--to", "huggingface"]) != 0  # the command line reports the interruption
-    restore()
-    assert sorted(os.listdir(folder)) == ["README.md"]
+    before = snapshot(folder)
     code, err = run_cli(["convert", b, folder, "--to", "huggingface"], capsys)
+    assert code == 2 and "README.md" in err and "move README.md out of" in " ".join(err.split()), err
+    assert snapshot(folder) == before
+    restore = _kill_while_writing_the_weights(monkeypatch)
+    assert cli.main(["convert", str(b), str(folder / "hf"), "--to", "huggingface"]) != 0
+    restore()
+    assert sorted(os.listdir(folder)) == ["README.md"]  # the killed export's staging is removed
+    code, err = run_cli(["convert", b, folder / "hf", "--to", "huggingface"], capsys)
     assert code == 0, err
-    assert (folder / "README.md").read_text() == "my project"
-    assert keras_vit.ViTClassifier.from_preset(str(folder)).num_classes == 5
+    assert snapshot(folder)["README.md"] == before["README.md"]
+    assert keras_vit.ViTClassifier.from_preset(str(folder / "hf")).num_classes == 5
 
 
 # === Files the user edited or added are theirs ===

@@ -24,9 +24,9 @@ import pytest
 
 from tests.package_source import package_modules
 
-# The writer, split by job: files.py writes outputs; uploads.py writes only its private copy for an upload.
-# writer/ownership.py decides what may be written and writes nothing itself (checked below).
-WRITER = ("writer/files.py", "writer/uploads.py")
+# The writer, split by job: files.py writes. writer/ownership.py decides what may be written and writes nothing
+# itself (checked below).
+WRITER = ("writer/files.py",)
 
 # Calls by attribute or name that write, rename or remove files, whatever they are called on.
 WRITING_CALLS = {
