@@ -45,35 +45,6 @@ def test_paths_are_checked_before_any_work(folder, tmp_path):
         keras_vit.finetune(folder, variant="ViT-Ti/16", output=str(tmp_path / "project"))
 
 
-@pytest.mark.parametrize("batch_size", [512, 256])  # no accumulation, and 2 batches per update
-def test_the_learning_rate_schedule_runs_over_the_updates_of_the_run(batch_size):
-    """Warm-up over the first 5% of the updates, cosine decay to zero at the last one, read from the optimizer.
-
-    Keras evaluates a schedule at every batch, so a schedule laid out in
-    updates would reach zero after 1/k of a run accumulating k batches.
-    """
-    updates = 40
-    optimizer, accumulation = build_recipe_optimizer("paper", total_steps=updates, batch_size=batch_size)
-    assert accumulation == 512 // batch_size
-    weight = keras.Variable(np.zeros(()), dtype="float32")
-    optimizer.build([weight])
-    used = []  # the learning rate of each update, as the optimizer reads it when it updates
-    for batch in range(updates * accumulation):
-        if (batch + 1) % accumulation == 0:
-            used.append(float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
-        optimizer.apply_gradients([(keras.ops.ones(()), weight)])
-    assert len(used) == updates and float(keras.ops.convert_to_numpy(optimizer.iterations)) == updates
-    peak = 0.01
-    warmup = 2  # 5% of 40 updates
-    assert 0 < used[0] < peak and max(used) <= peak * (1 + 1e-6)
-    assert used[warmup] > 0.99 * peak  # warm-up ends after 5% of the updates
-    # Cosine decay over the other 95%: half-way through it, half the peak; positive until the last update.
-    middle = warmup + (updates - warmup) // 2
-    assert math.isclose(used[middle], peak / 2, rel_tol=0.1), used
-    assert all(value > 0 for value in used[1:-1]) and used[-1] < 0.02 * peak
-    assert all(later <= earlier * (1 + 1e-6) for earlier, later in zip(used[warmup:], used[warmup + 1:]))
-
-
 class _LearningRatesOfUpdates(keras.callbacks.Callback):
     """The learning rate of each batch that applies an optimizer update (its `iterations` goes up)."""
 
@@ -103,7 +74,14 @@ def test_every_update_of_a_fit_runs_at_a_nonzero_learning_rate(recipe, updates, 
     """The rate each actual update uses during `fit`, against the warm-up/cosine formula by hand.
 
     The first update used to run at 0 (a warm-up from zero): on a small
-    folder, one update in ten changed nothing.
+    folder, one update in ten changed nothing. With accumulation (`paper`, 3
+    batches per update) this is also the schedule laid out over the run's
+    updates, not its batches: Keras evaluates a schedule at every batch, so
+    one laid out in updates would reach zero after 1/k of a run accumulating
+    k batches. (That was once a test of its own, 80 eager optimizer updates
+    read one by one: 8 CPU seconds of the jax pass for what this fit checks;
+    the accumulation derived from the batch size is
+    `test_paper_recipe_is_sgd_with_clipping_and_accumulation_to_512`'s.)
     """
     batch_size = 2
     optimizer, got_accumulation = build_recipe_optimizer(
