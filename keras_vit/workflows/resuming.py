@@ -86,25 +86,20 @@ class Run:
         if run_dir == "auto":
             run_dir = default_run_dir(output)
         self.run_dir = run_dir
-        self.output = self.directory = None
+        self.output = self.directory = self.best_directory = None
         if output is not None:
             # The output never in the run directory (nor the run directory in it): one would replace the other.
             self.output = claim(output, output_kind, inputs={**(inputs or {}), "run directory (--run-dir)": run_dir},
                                 argument=output_argument, make_parents=make_parents)
         if run_dir is not None:
             self.directory = claim(run_dir, RUN_KIND, names=[LOG_FILE, POINTER_FILE], inputs=inputs,
-                                   argument=run_dir_argument,
-                                   directories={**{slot: SLOT_KIND for slot in SLOTS}, BEST_DIR: PRESET_KIND})
+                                   argument=run_dir_argument, directories={slot: SLOT_KIND for slot in SLOTS})
+            # best/ is a preset replaced whole (the old best stays until the new one is in place): its own claim.
+            self.best_directory = claim(os.path.join(run_dir, BEST_DIR), PRESET_KIND, inputs=inputs,
+                                        argument=run_dir_argument)
 
-    def save_backup(self, slot, write_slot, pointer):
-        """Write backup slot `slot` whole (`write_slot(staging)` fills it), then the pointer naming it, in one step."""
-
-        def write(directory):
-            with directory.new_directory(slot) as staging:
-                write_slot(staging)
-            # The slot is whole on disk: only now does the pointer name it (replaced in one step).
-            directory.save_json(POINTER_FILE, pointer)
-
+    def save_backup(self, write):
+        """Write the epoch's backup: `write(claim)`, given the run directory's claim, on the process the engine picks."""
         engines.current().save_for_job(write, self.directory)
 
     def save_log(self, text):
@@ -113,17 +108,17 @@ class Run:
 
     def save_best(self, model, best, class_names=None):
         """Write `model`'s weights as the run's best evaluation `best`: a preset in `best/`, replaced whole."""
-        if self.directory is not None:
+        if self.best_directory is not None:
             # best/ is checked again when written (`Destination.directory`): an epoch passed since the claim.
-            engines.current().save_for_job(lambda directory: write_preset(
-                model, directory.entry(BEST_DIR), class_names=class_names, best=best), self.directory)
+            engines.current().save_for_job(lambda claimed: write_preset(
+                model, claimed, class_names=class_names, best=best), self.best_directory)
 
     def load_best(self, model, best):
         """Load the weights `save_best` wrote of evaluation `best` (by an earlier process of this run: a resume)."""
-        if self.directory is None:
+        if self.best_directory is None:
             raise ValueError("The best weights of this run were neither kept nor written; run again with "
                              "`--no-early-stop` or a fresh run directory.")
-        path = os.path.join(self.directory.path, BEST_DIR)
+        path = self.best_directory.path
         with open(os.path.join(path, METADATA_FILE)) as file:
             written = json.load(file).get("best")
         if written != best:
@@ -149,10 +144,11 @@ class Run:
             return
 
         def remove(directory):
-            for name in (POINTER_FILE, *SLOTS, BEST_DIR):  # the pointer first: never one naming a removed slot
+            for name in (POINTER_FILE, *SLOTS):  # the pointer first: never one naming a removed slot
                 directory.remove(name)
 
         engines.current().save_for_job(remove, self.directory)
+        engines.current().save_for_job(lambda claimed: claimed.remove(), self.best_directory)
 
 
 def claim_run(run_dir, inputs=None, argument="run_dir"):
@@ -271,18 +267,21 @@ class EpochCheckpoint(keras.callbacks.Callback):
             return  # TerminateOnNaN stopped a diverged epoch: keep the last good backup
         slot = SLOTS[1] if self.slot == SLOTS[0] else SLOTS[0]  # the one the pointer does not name
 
-        def write_slot(staging):
-            files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
-            if getattr(self.model, "lora_enabled", False):
-                np.savez(os.path.join(staging, CHECKPOINT_LORA), **self.model.lora_weights())
-            files.write_json_file(os.path.join(staging, CHECKPOINT_STATE), {
-                "seed_states": [keras.ops.convert_to_numpy(v.value).tolist() for v in _seed_states(self.model)],
-                "global_rng": global_rng_state(),
-                "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
-                "keepers": self.kept_state(),
-            })
+        def write(directory):
+            with directory.new_directory(slot) as staging:
+                files.write_model_file(self.model, os.path.join(staging, CHECKPOINT_WEIGHTS), weights_only=True)
+                if getattr(self.model, "lora_enabled", False):
+                    np.savez(os.path.join(staging, CHECKPOINT_LORA), **self.model.lora_weights())
+                files.write_json_file(os.path.join(staging, CHECKPOINT_STATE), {
+                    "seed_states": [keras.ops.convert_to_numpy(v.value).tolist() for v in _seed_states(self.model)],
+                    "global_rng": global_rng_state(),
+                    "logs": {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0},
+                    "keepers": self.kept_state(),
+                })
+            # The slot is whole on disk: only now does the pointer name it (replaced in one step).
+            directory.save_json(POINTER_FILE, {"slot": slot, "epoch": epoch + 1, "settings": self.settings})
 
-        self.run.save_backup(slot, write_slot, {"slot": slot, "epoch": epoch + 1, "settings": self.settings})
+        self.run.save_backup(write)
         self.slot = slot
 
 

@@ -42,13 +42,15 @@ def _claims(monkeypatch):
     return made
 
 
-def test_a_run_claims_its_output_then_its_run_directory_once_each(tmp_path, monkeypatch):
-    from keras_vit.workflows.resuming import RUN_KIND, Run
+def test_a_run_claims_its_output_then_its_run_directory_and_best_once_each(tmp_path, monkeypatch):
+    from keras_vit.presets.keras_vit_format import PRESET_KIND
+    from keras_vit.workflows.resuming import BEST_DIR, RUN_KIND, Run
 
     made = _claims(monkeypatch)
     output = str(tmp_path / "model.keras")
     run = Run(output, inputs={"data directory": str(tmp_path / "data")}, output_argument="save")
-    assert made == [(output, files.FILE, "save"), (output + ".run", RUN_KIND, "run_dir")]
+    assert made == [(output, files.FILE, "save"), (output + ".run", RUN_KIND, "run_dir"),
+                    (os.path.join(output + ".run", BEST_DIR), PRESET_KIND, "run_dir")]
     assert (run.output.path, run.directory.path) == (output, output + ".run")
     assert Run(None).directory is None and Run(None).output is None  # no output: no checkpoints either
 
