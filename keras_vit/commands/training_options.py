@@ -159,7 +159,7 @@ def check_training_flags(args):
         training, the save and the end of the run are its methods.
     """
     # lazy: the workflows import Keras (after parsing)
-    from keras_vit.workflows.resuming import Run
+    from keras_vit.workflows.resuming import open_run
     from keras_vit.workflows.training import check_training_arguments
 
     if getattr(args, "init_from", None) and getattr(args, "variant", None) is not None:
@@ -177,7 +177,7 @@ def check_training_flags(args):
     init_from = getattr(args, "init_from", None)
     reads = {"data directory": getattr(args, "data_dir", None),
              "pre-trained model": init_from if init_from and os.path.exists(init_from) else None}
-    return Run(save, getattr(args, "run_dir", None) or "auto", inputs=reads, output_kind=FILE, output_argument="save")
+    return open_run(save, getattr(args, "run_dir", None) or "auto", inputs=reads, output_kind=FILE, output_argument="save")
 
 
 def refuse_together(args, first, second, why):

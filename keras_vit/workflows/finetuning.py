@@ -28,7 +28,7 @@ from keras_vit.writer.files import quote
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.utils.values import check_count, check_optional_count, to_pair
 from keras_vit.workflows import notices, optimizers
-from keras_vit.workflows.resuming import Run
+from keras_vit.workflows.resuming import open_run
 from keras_vit.workflows.training import check_training_arguments, run_training
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
@@ -806,7 +806,7 @@ def finetune(
     # The output and the run directory are claimed once, here, by the run: never what the run reads (under any
     # name), the output never in the run directory, and a directory only where it replaces nothing of the
     # user's. Every later write (the epoch backup, the log, best/, the output's save) is a method of the run.
-    run = Run(output, run_dir, inputs=reads, output_kind=PRESET_KIND, make_parents=False)
+    run = open_run(output, run_dir, inputs=reads, output_kind=PRESET_KIND, make_parents=False)
     augment = augment or AugmentPolicy()
     if run.output is None and verbose:  # said after the checks, so a refused run prints only its error
         print("No output (--output): the fine-tuned model will not be saved"

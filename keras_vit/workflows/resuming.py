@@ -46,7 +46,7 @@ BEST_DIR = "best"
 
 
 class Run:
-    """One training run's outputs, claimed once at the command's start; every later write of the run is a method.
+    """One training run's outputs, claimed once at the command's start (`open_run`); every later write is a method.
 
     The output (the model the run saves at its end) is claimed first, so an
     output inside what the run reads is refused naming its own argument;
@@ -149,6 +149,18 @@ class Run:
 
         engines.current().save_for_job(remove, self.directory)
         engines.current().save_for_job(lambda claimed: claimed.remove(), self.best_directory)
+
+
+def open_run(output=None, run_dir="auto", inputs=None, output_kind=FILE, output_argument="output", make_parents=True):
+    """The `Run` a command makes at its start: its output and run directory claimed, once (see `Run` for the arguments).
+
+    `finetune`, `keras-vit train` and `pretrain` open their run so, before
+    any work, and hand it down: `run_training(run=...)`,
+    `fit_resumable(run=...)`, then `run.save_output(write)` and
+    `run.finish()`.
+    """
+    return Run(output, run_dir, inputs=inputs, output_kind=output_kind, output_argument=output_argument,
+               make_parents=make_parents)
 
 
 def claim_run(run_dir, inputs=None, argument="run_dir"):
@@ -354,8 +366,8 @@ def fit_resumable(model, data, epochs, run=None, settings=None, validation_data=
         data: a `keras.utils.PyDataset` (or anything `fit` takes as `x`).
         epochs: int. Total epochs of the run.
         run: the `Run` the command made at its start
-            (`Run(output, run_dir)`), or `None` (or a `Run` without a run
-            directory) to train without checkpoints.
+            (`open_run(output, run_dir)`), or `None` (or a `Run` without a
+            run directory) to train without checkpoints.
         settings: dict. The run's settings, checked on resume.
         validation_data: passed to `fit`.
         callbacks: extra callbacks.
@@ -367,8 +379,8 @@ def fit_resumable(model, data, epochs, run=None, settings=None, validation_data=
         `(history, initial_epoch)`.
     """
     if run is not None and not isinstance(run, Run):
-        raise ValueError("`run` is the run the command made at its start: `keras_vit.workflows.resuming.Run(output, "
-                         f"run_dir)`. Received: run={run!r}")
+        raise ValueError("`run` is the run the command opened at its start: `keras_vit.workflows.resuming.open_run("
+                         f"output, run_dir)`. Received: run={run!r}")
     engine = engines.current()
     # Before anything else of the job: processes that differ would wait for each other at a step, forever.
     if engine.process_count() > 1:

@@ -72,7 +72,7 @@ def run_training(model, data, optimizer, epochs, run=None, settings=None, held_o
             `keras_vit.workflows.optimizers.build_optimizer`.
         epochs: int. Total epochs of the run.
         run: the `keras_vit.workflows.resuming.Run` the command made at
-            its start (`Run(output, run_dir)`: the claims of its output and
+            its start (`open_run(output, run_dir)`: the claims of its output and
             run directory): checkpoint every epoch in its run directory and
             resume from it; `None` trains without checkpoints. Defaults to
             `None`.

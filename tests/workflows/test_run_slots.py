@@ -16,7 +16,7 @@ from keras_vit.data.image_folder import ArrayBatches
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.workflows import resuming
 from keras_vit.workflows.digits_demo import build_digits_classifier
-from keras_vit.workflows.resuming import LOG_FILE, POINTER_FILE, SLOTS, Run, claim_run, fit_resumable
+from keras_vit.workflows.resuming import LOG_FILE, POINTER_FILE, SLOTS, claim_run, fit_resumable
 
 pytestmark = pytest.mark.one_backend("which files a run directory holds does not depend on the backend")
 
@@ -100,7 +100,7 @@ def test_finish_removes_the_slots_and_the_pointer_keeping_the_log_and_the_users_
     _fit(run_dir, 2)
     with open(os.path.join(run_dir, "notes.txt"), "w") as file:
         file.write("mine")
-    Run(run_dir=run_dir).finish()
+    claim_run(run_dir).finish()
     assert sorted(os.listdir(run_dir)) == [".keras_vit.json", LOG_FILE, "notes.txt"]
 
 
