@@ -141,7 +141,7 @@ def describe_distribution(distribution):
 
 
 def check_training_flags(args):
-    """The checks `train` and `pretrain` make before any work: numbers; then the run, which claims `--save` and the run directory.
+    """The checks `train` and `pretrain` make before any work: numbers; then their run (claims `--save`, the run directory).
 
     Each flag's own range is checked while parsing (`keras_vit.commands.arguments`); these are the library's
     checks again, and those that involve more than one flag or the file system.
@@ -177,7 +177,8 @@ def check_training_flags(args):
     init_from = getattr(args, "init_from", None)
     reads = {"data directory": getattr(args, "data_dir", None),
              "pre-trained model": init_from if init_from and os.path.exists(init_from) else None}
-    return open_run(save, getattr(args, "run_dir", None) or "auto", inputs=reads, output_kind=FILE, output_argument="save")
+    return open_run(save, getattr(args, "run_dir", None) or "auto", inputs=reads, output_kind=FILE,
+                    output_argument="save")
 
 
 def refuse_together(args, first, second, why):

@@ -52,8 +52,8 @@ class Run:
     output inside what the run reads is refused naming its own argument;
     then the run directory (`OUTPUT.run` beside it by default): its backup
     slots, pointer and `log.csv` (`fit_resumable`), and `best/` (the best
-    held-out evaluation's weights, `save_best`). Each method writes through
-    these two claims, and the job's engine decides who writes
+    held-out evaluation's weights, `save_best`, a claim of its own). Each
+    method writes through these claims, and the job's engine decides who writes
     (`save_for_job`), so nothing is checked again but where time passed
     (the writer says where).
 
@@ -99,7 +99,7 @@ class Run:
                                         argument=run_dir_argument)
 
     def save_backup(self, write):
-        """Write the epoch's backup: `write(claim)`, given the run directory's claim, on the process the engine picks."""
+        """Write the epoch's backup: `write(claim)` with the run directory's claim, where the job's engine says."""
         engines.current().save_for_job(write, self.directory)
 
     def save_log(self, text):
@@ -134,7 +134,7 @@ class Run:
             engines.current().save_for_job(write, self.output)
 
     def finish(self):
-        """Delete the run's backup slots, pointer and best weights (what keras_vit wrote of them), keeping the log and any file of the user's.
+        """Delete the run's backup slots, pointer and `best/` (what keras_vit wrote), keeping the log and the user's files.
 
         Call it once the run's output is saved. Until then the backup stays,
         so a kill during the final evaluation or the save resumes with every
@@ -398,7 +398,8 @@ def fit_resumable(model, data, epochs, run=None, settings=None, validation_data=
         if initial_epoch:
             _trim_log(run, initial_epoch)
             if verbose:
-                print(f"Resuming from the checkpoint in {quote(run.directory.given)}: {initial_epoch} of {epochs} epochs done.")
+                print(f"Resuming from the checkpoint in {quote(run.directory.given)}: {initial_epoch} of {epochs} "
+                      "epochs done.")
         # The log's row first, then the backup: a kill between leaves the log one row ahead, which the
         # rerun trims (`_trim_log`); the other way round it would lose the row of an epoch the backup holds.
         all_callbacks += [EpochLog(run, append=initial_epoch > 0), checkpoint]
