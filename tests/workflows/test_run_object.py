@@ -11,23 +11,11 @@ import os
 import numpy as np
 import pytest
 
-from keras_vit.data.image_folder import ArrayBatches
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.workflows.digits_demo import build_digits_classifier
 from keras_vit.writer import files
+from tests.workflows.test_run_slots import _data, _model  # a one-block digits model, 8 images
 
 pytestmark = pytest.mark.one_backend("which claims a run makes and what its methods write do not depend on the backend")
-
-
-def _model():
-    model = build_digits_classifier(seed=0, num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)
-    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-    return model
-
-
-def _data():
-    images = np.random.default_rng(0).uniform(0, 16, (8, 8, 8, 1)).astype("float32")
-    return ArrayBatches(images, np.arange(8) % 10, 4, seed=0)
 
 
 def _claims(monkeypatch):
