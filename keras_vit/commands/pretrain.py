@@ -104,8 +104,8 @@ def check_flags(args):
 
 def run(args):
     check_flags(args)
-    # The run directory and the --save file, each claimed once: handed down to the training and the save.
-    run_claim, save_claim = check_training_flags(args)
+    # The run: the --save file and the run directory, each claimed once, here; every later write is its method.
+    training_run = check_training_flags(args)
     if args.data_dir is not None and not os.path.isdir(args.data_dir):
         raise UsageError(f"No such image folder: {quote(args.data_dir)}. Give a directory of images (class "
                          "subfolders or not), or none for the digits.")
@@ -113,17 +113,16 @@ def run(args):
         raise UsageError("--mask-rate and --random-rate are shares of the corrupted patches: together at most 1 "
                          f"(the rest stay unchanged). Received: --mask-rate {args.mask_rate} --random-rate "
                          f"{args.random_rate}")
-    return run_distributed(args, lambda distribution: _run(args, run_claim, save_claim))
+    return run_distributed(args, lambda distribution: _run(args, training_run))
 
 
-def _run(args, run_claim=None, save_claim=None):
+def _run(args, training_run):
     import keras  # after parsing, as every library import here
 
     from keras_vit.data import load_digits_split
     from keras_vit.workflows.digits_demo import build_digits_predictor
     from keras_vit.workflows.pretraining import pretrain_predictor
-    from keras_vit.workflows.resuming import finish_run
-    from keras_vit.workflows.training import write_model
+    from keras_vit.workflows.training import save_without_optimizer
 
     overrides = {}
     if args.data_dir is not None:
@@ -143,7 +142,7 @@ def _run(args, run_claim=None, save_claim=None):
           f"{what}; backbone: {predictor.backbone.count_params():,} parameters.")
     result = pretrain_predictor(
         predictor, train, validation_images=held_out, epochs=args.epochs, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, seed=args.seed, run=run_claim, keep_backup=True,
+        learning_rate=args.learning_rate, seed=args.seed, run=training_run, keep_backup=True,
         settings=run_settings(args, "command", "data_dir", "image_size", "channels", "epochs", "batch_size",
                               "learning_rate", "seed", "target", "color_bits", "corruption_rate", "mask_rate",
                               "random_rate"),
@@ -151,8 +150,8 @@ def _run(args, run_claim=None, save_claim=None):
     held_out = result["validation"]
     summary = ", ".join(f"{name} {value:.4f}" for name, value in held_out.items())
     print(f"Held-out masked patches: {summary} (trained in {result['seconds']:.0f} s)")
-    write_model(predictor, save_claim)  # the claim of --save, made at the command's start
-    finish_run(run_claim)  # after the save: a kill before it resumes with every epoch done
+    training_run.save_output(lambda claimed: save_without_optimizer(predictor, claimed))
+    training_run.finish()  # after the save: a kill before it resumes with every epoch done
     print(f"Saved the pre-trained model to {args.save}; fine-tune it with "
           f"`keras-vit train --init-from {args.save}`")
     return 0

@@ -41,12 +41,12 @@ def add_arguments(parser):
 
 
 def run(args):
-    # The run directory and the --save file, each claimed once: handed down to the training and the save.
-    run_claim, save_claim = check_training_flags(args)
-    return run_distributed(args, lambda distribution: _run(args, distribution, run_claim, save_claim))
+    # The run: the --save file and the run directory, each claimed once, here; every later write is its method.
+    training_run = check_training_flags(args)
+    return run_distributed(args, lambda distribution: _run(args, training_run, distribution))
 
 
-def _run(args, distribution=None, run_claim=None, save_claim=None):
+def _run(args, training_run, distribution=None):
     # The library, and so Keras, is imported here, after parsing: `keras-vit train --help` starts no backend.
     import keras
     import numpy as np
@@ -56,8 +56,7 @@ def _run(args, distribution=None, run_claim=None, save_claim=None):
     from keras_vit.models.vit_classifier import ViTClassifier
     from keras_vit.workflows.digits_demo import DIGITS_MODEL, build_digits_classifier
     from keras_vit.workflows.pretraining import load_pretrained_backbone
-    from keras_vit.workflows.resuming import finish_run
-    from keras_vit.workflows.training import train_classifier, write_model
+    from keras_vit.workflows.training import save_without_optimizer, train_classifier
 
     # What the flags ask of the devices and of the --init-from file, before the digits are read. The job's
     # engine cuts every batch to a multiple of the devices JAX splits it over (`engine.shard`).
@@ -97,20 +96,20 @@ def _run(args, distribution=None, run_claim=None, save_claim=None):
           f"{len(x_train)} training and {len(x_test)} held-out digits.")
     if distribution is not None:
         print(f"Distributed ({args.distribute} parallel): {describe_distribution(distribution)}")
-    if run_claim is None:
+    if training_run.directory is None:
         print("No checkpoints: pass --save or --run-dir to resume after an interruption.")
     result = train_classifier(
         model, (x_train, y_train), (x_test, y_test),
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay, seed=args.seed, run=run_claim, keep_backup=True,
+        weight_decay=args.weight_decay, seed=args.seed, run=training_run, keep_backup=True,
         settings=run_settings(args, "command", "epochs", "batch_size", "learning_rate", "weight_decay", "seed",
                               "variant", "image_size", "init_from"),
     )
     print(f"Held-out accuracy: {result['accuracy']:.2%} "
           f"(trained in {result['seconds']:.0f} s on {keras.backend.backend()})")
+    training_run.save_output(lambda claimed: save_without_optimizer(model, claimed))
     if args.save:
-        write_model(model, save_claim)  # the claim of --save, made at the command's start
         print(f"Saved the trained model to {args.save}")
-    finish_run(run_claim)  # after the save: a kill before it resumes with every epoch done
+    training_run.finish()  # after the save: a kill before it resumes with every epoch done
     return 0
 

@@ -141,7 +141,7 @@ def describe_distribution(distribution):
 
 
 def check_training_flags(args):
-    """The checks `train` and `pretrain` make before any work: numbers; and the claims of `--save` and the run directory.
+    """The checks `train` and `pretrain` make before any work: numbers; then their run (claims `--save`, the run directory).
 
     Each flag's own range is checked while parsing (`keras_vit.commands.arguments`); these are the library's
     checks again, and those that involve more than one flag or the file system.
@@ -153,14 +153,13 @@ def check_training_flags(args):
             did not write, an output that is, holds or lies inside an input.
 
     Returns:
-        `(run, save)`: the run directory's claim
-        (`keras_vit.workflows.resuming.claim_run`; `None` without
-        `--run-dir` and `--save`) and the claim of the `--save` file (`None`
-        without it), each made once, here, and handed down: the run to the
-        training, the file to the save.
+        The `keras_vit.workflows.resuming.Run` of the command: the claims
+        of the `--save` file (first) and of the run directory (`--run-dir`,
+        else `SAVE.run`; none without either), each made once, here; the
+        training, the save and the end of the run are its methods.
     """
     # lazy: the workflows import Keras (after parsing)
-    from keras_vit.workflows.resuming import claim_run, default_run_dir
+    from keras_vit.workflows.resuming import open_run
     from keras_vit.workflows.training import check_training_arguments
 
     if getattr(args, "init_from", None) and getattr(args, "variant", None) is not None:
@@ -178,12 +177,8 @@ def check_training_flags(args):
     init_from = getattr(args, "init_from", None)
     reads = {"data directory": getattr(args, "data_dir", None),
              "pre-trained model": init_from if init_from and os.path.exists(init_from) else None}
-    run_dir = getattr(args, "run_dir", None) or default_run_dir(save)
-    # The saved model never in the run directory (nor the run directory in it): one would replace the other.
-    save_claim = None if save is None else claim(save, FILE, inputs={**reads, "run directory (--run-dir)": run_dir},
-                                                 argument="save")
-    run_claim = claim_run(run_dir, inputs=reads)
-    return run_claim, save_claim
+    return open_run(save, getattr(args, "run_dir", None) or "auto", inputs=reads, output_kind=FILE,
+                    output_argument="save")
 
 
 def refuse_together(args, first, second, why):

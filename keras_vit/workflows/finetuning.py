@@ -22,13 +22,13 @@ from keras_vit.distribution import engines
 from keras_vit.models.vit_classifier import ViTClassifier
 from keras_vit.presets import load_model
 from keras_vit.presets.handles import check_not_killed_save
-from keras_vit.presets.keras_vit_format import METADATA_FILE, PRESET_KIND, WEIGHTS_FILE, write_preset
+from keras_vit.presets.keras_vit_format import PRESET_KIND, write_preset
 from keras_vit.utils.errors import ArgumentError
-from keras_vit.writer.files import claim, quote
+from keras_vit.writer.files import quote
 from keras_vit.utils.seeds import set_random_seed
 from keras_vit.utils.values import check_count, check_optional_count, to_pair
 from keras_vit.workflows import notices, optimizers
-from keras_vit.workflows.resuming import BEST_DIR, claim_run, default_run_dir, finish_run
+from keras_vit.workflows.resuming import open_run
 from keras_vit.workflows.training import check_training_arguments, run_training
 
 # The paper's fine-tuning (section 4, appendix B.1.1): SGD with momentum 0.9,
@@ -144,7 +144,7 @@ class BestWeights(keras.callbacks.Callback):
     epoch, fit's held-out `val_accuracy` (ties broken by the lower
     `val_loss`) is compared with the best so far. A better one is kept in
     memory and, with a run directory, written as a preset to its `best/`
-    (through the writer: `save_best(epoch)`), before the epoch's backup, so
+    (`Run.save_best`), before the epoch's backup, so
     the backup never records a best its run directory lacks. The best's
     epoch, update and numbers travel in the backup (`checkpoint_state`),
     so a resumed run knows them; `restore_best(model)` puts the best
@@ -155,17 +155,16 @@ class BestWeights(keras.callbacks.Callback):
             the update the weights come from).
         patience: int or `None`. Evaluations without improvement before
             stopping; `None` never stops early and keeps the last weights.
-        save_best: callable `(epoch, best)` or `None`. Writes the model's
-            weights as the run's best (a chief-only preset save); `None`
-            keeps them in memory only.
-        load_best: callable `(model, best)` or `None`. Loads the best
-            weights written by an earlier process of this run (a resume).
+        run: the `keras_vit.workflows.resuming.Run` that writes the best
+            weights into its run directory's `best/` and loads them on a
+            resume; `None` keeps them in memory only.
+        class_names: list of str or `None`. Saved with the best weights.
     """
 
-    def __init__(self, updates_per_epoch, patience=DEFAULT_PATIENCE, save_best=None, load_best=None):
+    def __init__(self, updates_per_epoch, patience=DEFAULT_PATIENCE, run=None, class_names=None):
         super().__init__()
         self.updates_per_epoch, self.patience = updates_per_epoch, patience
-        self.save_best, self.load_best = save_best, load_best
+        self.run, self.class_names = run, class_names
         self.best = None  # {"epoch", "update", "accuracy", "loss"} of the best evaluation
         self.waited = 0
         self.stopped_early = None  # the epochs done when the run stopped early
@@ -193,8 +192,8 @@ class BestWeights(keras.callbacks.Callback):
                          "loss": loss}
             self.waited = 0
             self._weights = [np.array(weight) for weight in self.model.get_weights()]
-            if self.save_best is not None:
-                self.save_best(epoch + 1, self.best)
+            if self.run is not None:
+                self.run.save_best(self.model, self.best, self.class_names)
             return
         self.waited += 1
         if self.waited >= self.patience:
@@ -207,8 +206,8 @@ class BestWeights(keras.callbacks.Callback):
             return False
         if self._weights is not None:
             model.set_weights(self._weights)
-        elif self.load_best is not None:
-            self.load_best(model, self.best)
+        elif self.run is not None:
+            self.run.load_best(model, self.best)
         else:
             raise ValueError("The best weights of this run were neither kept nor written; run again with "
                              "`--no-early-stop` or a fresh run directory.")
@@ -800,22 +799,18 @@ def finetune(
     """
     _check_arguments(data_dir, validation_dir, recipe, epochs, steps, batch_size, learning_rate, weight_decay,
                      effective_batch_size, variant, lora_rank, patience)
-    if run_dir == "auto":
-        run_dir = default_run_dir(output)
-    # The output and the run directory are claimed once, here: never what the run reads (under any name), the
-    # output never in the run directory, and a directory only where it replaces nothing of the user's. The save,
-    # the epoch backup and the log write through these claims.
     if isinstance(preset, (str, os.PathLike)) and not os.path.exists(preset):
         check_not_killed_save(preset)  # an input a killed save left aside: named with its `mv`, before any claim
     preset_path = preset if preset is not None and os.path.exists(str(preset)) else None
     reads = {"data directory": data_dir, "validation directory": validation_dir, "pre-trained model": preset_path}
-    destination = None if output is None else claim(output, PRESET_KIND, inputs={**reads, "run directory": run_dir},
-                                                    argument="output", make_parents=False)
-    run = claim_run(run_dir, inputs=reads)
+    # The output and the run directory are claimed once, here, by the run: never what the run reads (under any
+    # name), the output never in the run directory, and a directory only where it replaces nothing of the
+    # user's. Every later write (the epoch backup, the log, best/, the output's save) is a method of the run.
+    run = open_run(output, run_dir, inputs=reads, output_kind=PRESET_KIND, make_parents=False)
     augment = augment or AugmentPolicy()
-    if output is None and verbose:  # said after the checks, so a refused run prints only its error
+    if run.output is None and verbose:  # said after the checks, so a refused run prints only its error
         print("No output (--output): the fine-tuned model will not be saved"
-              + (", and no checkpoints are written." if run_dir is None else "."))
+              + (", and no checkpoints are written." if run.directory is None else "."))
 
     model, class_names = _model_to_finetune(data_dir, preset, variant, image_size, seed, lora_rank, remat)
     backbone = model.backbone
@@ -845,7 +840,7 @@ def finetune(
         accumulation * batch_size if accumulation > 1 else None, steps_per_epoch)
     keeper = None
     if early_stop and validation is not None:
-        keeper = BestWeights(steps_per_epoch // accumulation, patience, *_best_in_run_dir(run, model, class_names))
+        keeper = BestWeights(steps_per_epoch // accumulation, patience, run, class_names)
         callbacks = [*callbacks, keeper]
     loss = "auto"
     if augment.mixes_labels:
@@ -867,15 +862,14 @@ def finetune(
         scores = {name: float(value) for name, value in engines.current().evaluate(model, validation).items()}
     if verbose and keeper is not None:
         print(describe_outcome(keeper, epochs, steps_per_epoch // accumulation))
-    if output is not None:  # the job's engine picks the writer; the preset is swapped into place whole
-        engines.current().save_for_job(lambda claimed: write_preset(model, claimed, class_names=class_names),
-                                       destination)
-    finish_run(run)  # only now: a kill during the evaluation or the save resumes with every epoch done
+    # The job's engine picks the writer; the preset is swapped into place whole.
+    run.save_output(lambda claimed: write_preset(model, claimed, class_names=class_names))
+    run.finish()  # only now: a kill during the evaluation or the save resumes with every epoch done
     return {
         "accuracy": scores.get("accuracy"), "loss": scores.get("loss"), "model": model, "class_names": class_names,
         "history": fitted["history"], "seconds": fitted["seconds"], "initial_epoch": fitted["initial_epoch"],
         "output": output,
-        "run_dir": run_dir, "accumulation_steps": accumulation, "updates": updates,
+        "run_dir": run.run_dir, "accumulation_steps": accumulation, "updates": updates,
         "images_per_update": plan["images_per_update"], "epochs": epochs, "best": best,
         "stopped_early": None if keeper is None else keeper.stopped_early,
     }
@@ -969,31 +963,6 @@ def _estimate_before_training(validation, plan, batch_size, num_images, keeps_be
                                     len(validation.paths), first_epoch, state_bytes, keeps_best)
 
     return estimate
-
-
-def _best_in_run_dir(run, model, class_names):
-    """`(save_best, load_best)` for `BestWeights`: a preset in the run directory's `best/`; `(None, None)` without one."""
-    if run is None:
-        return None, None
-    path = os.path.join(run.path, BEST_DIR)
-
-    def save_best(epoch, best):
-        # best/ is claimed when written: an epoch passed since the run's claim checked it.
-        engines.current().save_for_job(lambda claimed: write_preset(
-            model, claimed.entry(BEST_DIR), class_names=class_names, best=best), run)
-
-    def load_best(model, best):
-        import json
-
-        with open(os.path.join(path, METADATA_FILE)) as file:
-            written = json.load(file).get("best")
-        if written != best:
-            raise ValueError(
-                f"{quote(path)} holds the weights of another evaluation ({written}) than the run's backup records "
-                f"as its best ({best}). Delete {quote(run.given)} and run again, or run with `--no-early-stop`.")
-        model.load_weights(os.path.join(path, WEIGHTS_FILE))
-
-    return save_best, load_best
 
 
 def describe_outcome(keeper, epochs, updates_per_epoch):

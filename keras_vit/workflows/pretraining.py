@@ -39,12 +39,14 @@ def pretrain_predictor(
         weight_decay: float. Defaults to `0.05`.
         seed: int. Seeds Keras, numpy and the backend. Defaults to `0`.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
-        run: the run directory's claim (`claim_run(path)`): checkpoint
-            every epoch there and resume from it (see
-            `keras_vit.workflows.training.run_training`). Defaults to `None`.
+        run: the `keras_vit.workflows.resuming.Run` made at the start:
+            checkpoint every epoch in its run directory and resume from it
+            (see `keras_vit.workflows.training.run_training`). Defaults to
+            `None`.
         settings: dict. The run's settings, checked when resuming.
         keep_backup: bool. Keep the epoch backup for a caller that saves
-            the model afterwards and then calls `finish_run(run)`.
+            the model afterwards (`run.save_output`) and then calls
+            `run.finish()`.
 
     Returns:
         A dict with the last epoch's `loss` (and `accuracy` for class

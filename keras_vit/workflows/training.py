@@ -71,10 +71,11 @@ def run_training(model, data, optimizer, epochs, run=None, settings=None, held_o
         optimizer: a `keras.optimizers.Optimizer`, e.g. from
             `keras_vit.workflows.optimizers.build_optimizer`.
         epochs: int. Total epochs of the run.
-        run: the run directory's claim, made by the command at its start
-            (`keras_vit.workflows.resuming.claim_run(path)`): checkpoint
-            every epoch there and resume from it; `None` trains without
-            checkpoints. Defaults to `None`.
+        run: the `keras_vit.workflows.resuming.Run` the command made at
+            its start (`open_run(output, run_dir)`: the claims of its output and
+            run directory): checkpoint every epoch in its run directory and
+            resume from it; `None` trains without checkpoints. Defaults to
+            `None`.
         settings: dict. The run's settings, checked when resuming.
         held_out: a `keras.utils.PyDataset` or `None`. Scored once after
             training. Defaults to `None`.
@@ -85,8 +86,8 @@ def run_training(model, data, optimizer, epochs, run=None, settings=None, held_o
         callbacks: extra Keras callbacks for `fit`.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
         keep_backup: bool. Keep the epoch backup for a caller that saves
-            the model afterwards and then calls
-            `keras_vit.workflows.resuming.finish_run(run)`.
+            the model afterwards (`run.save_output`) and then calls
+            `run.finish()`.
 
     Raises:
         ValueError: the loss became NaN or infinite (`TerminateOnNaN`
@@ -106,10 +107,11 @@ def run_training(model, data, optimizer, epochs, run=None, settings=None, held_o
     seconds = time.perf_counter() - start
     losses = history.history.get("loss", [])
     if losses and not np.isfinite(losses[-1]):  # TerminateOnNaN stopped it; the backup holds the last good epoch
+        kept = "no run directory" if run is None or run.directory is None else quote(run.directory.given)
         raise ValueError(
             f"Training stopped: the loss became NaN or infinite in epoch {initial_epoch + len(losses)}. Lower "
             "the learning rate (--learning-rate) and run again; the last good checkpoint is kept in "
-            f"{quote(run.given) if run is not None else 'no run directory'}."
+            f"{kept}."
         )
     scores = None
     if held_out is not None:
@@ -146,12 +148,13 @@ def train_classifier(
             to `0.3`.
         seed: int. Seeds Keras, numpy and the backend. Defaults to `0`.
         verbose: int. Keras progress-bar mode. Defaults to `1`.
-        run: the run directory's claim (`claim_run(path)`): checkpoint
-            every epoch there and resume from it (see `run_training`).
-            Defaults to `None`.
+        run: the `keras_vit.workflows.resuming.Run` made at the start:
+            checkpoint every epoch in its run directory and resume from it
+            (see `run_training`). Defaults to `None`.
         settings: dict. The run's settings, checked when resuming.
         keep_backup: bool. Keep the epoch backup for a caller that saves
-            the model afterwards and then calls `finish_run(run)`.
+            the model afterwards (`run.save_output`) and then calls
+            `run.finish()`.
 
     Returns:
         A dict with `accuracy` (held-out), `loss`, `seconds` (wall time of
@@ -190,12 +193,22 @@ def save_model(model, path):
 
 
 def write_model(model, destination):
-    """`save_model` through a claim made before: what `keras-vit train`, `pretrain` and `quantize` call.
+    """`save_model` through a claim made before (`keras-vit quantize`): the job's engine picks who writes.
 
     Args:
         model: a `keras.Model`.
         destination: the `keras_vit.writer.files.Destination` of the file
             (`claim(path, FILE)`), made by the command at its start.
     """
+    engines.current().save_for_job(lambda claimed: save_without_optimizer(model, claimed), destination)
+
+
+def save_without_optimizer(model, claimed):
+    """Write `model` into the claimed `.keras` file without its optimizer's state, on this process.
+
+    The `write` a run's `save_output` and `write_model` hand the job's
+    engine (`keras-vit train` and `pretrain`: `run.save_output(lambda
+    claimed: save_without_optimizer(model, claimed))`).
+    """
     with optimizer_set_aside(model):
-        engines.current().save_for_job(lambda claimed: files.save_model(model, claimed), destination)
+        files.save_model(model, claimed)

@@ -8,7 +8,6 @@ The rules and why: docs/reliability.md, "The writer".
 """
 
 import contextlib
-import copy
 import ctypes
 import errno
 import json
@@ -53,7 +52,7 @@ def claim(path, kind, *, inputs=None, argument=None, names=None, directories=Non
             the directory, beside the user's own, each free or ours; `None`
             replaces the whole directory.
         directories: dict `{name: kind}`. With `names`: directories written
-            into it whole (`new_directory`, `entry`), each new, empty or
+            into it whole (`new_directory`), each new, empty or
             ours by its own marker.
         make_parents: bool. `False` refuses an output whose parent
             directory is missing (a mistyped path fails before the work).
@@ -71,8 +70,9 @@ class Destination:
     Write a file with `file()` / `staged()`, a whole directory with
     `directory()`, names into a directory with `file(name)`,
     `staged(name=)`, `save_text`, `save_json`, `save_figure`,
-    `new_directory(name)` or `entry(name)`; `remove(name)` deletes a
-    claimed entry only while it holds what keras_vit wrote.
+    `new_directory(name)`; `remove(name)` deletes a claimed entry (and
+    `remove()` a claimed directory) only while it holds what keras_vit
+    wrote.
     """
 
     def __init__(self, path, kind, *, inputs=None, argument=None, names=None, directories=None, make_parents=True):
@@ -152,26 +152,22 @@ class Destination:
         with self.file(name, "wb") as file:
             figure.savefig(file, format="png", dpi=figure.dpi)
 
-    def remove(self, name):
-        """Delete claimed entry `name` while it holds what keras_vit wrote; True if nothing is left there."""
-        path = self._target(name)
-        if name in self.directories:
-            if os.path.isdir(path) and not os.path.islink(path) and not foreign_entries(path, self.directories[name]):
+    def remove(self, name=None):
+        """Delete claimed entry `name`, or without one the claimed directory, while it holds what keras_vit wrote.
+
+        Returns True if nothing is left there.
+        """
+        if name is None and (self.kind == FILE or self.names is not None):
+            raise ValueError(f"{quote(self.path)} was claimed as a file or for names: remove a name in it.")
+        path, kind = (self.path, self.kind) if name is None else (self._target(name), self.directories.get(name))
+        if kind is not None:
+            if os.path.isdir(path) and not os.path.islink(path) and not foreign_entries(path, kind):
                 _remove_ours(path)
         else:
             kind, entries = read_marker(self.path)
             if kind == self.kind and owns(self.path, name, entries):
                 os.remove(path)
         return not os.path.lexists(path)
-
-    def entry(self, name):
-        """The claim of directory `name` in this one, to replace whole (`directory()` checks it again then)."""
-        if name not in self.directories:
-            raise ValueError(f"{name!r} was not claimed as a directory in {quote(self.path)}.")
-        entry = copy.copy(self)  # checked by this claim, as one of its `directories`
-        entry.path = entry.given = os.path.join(self.path, name)
-        entry.kind, entry.names, entry.directories = self.directories[name], None, {}
-        return entry
 
     @contextlib.contextmanager
     def discarded_copy(self):

@@ -283,10 +283,10 @@ def test_a_model_card_the_user_edited_survives_the_next_save(tmp_path, monkeypat
 @one_backend
 def test_a_users_file_in_an_epoch_backup_slot_is_refused_and_kept(tmp_path):
     # Before issue 50: the user's file in backup/ was carried into every new backup (hard links), and
-    # finish_run left backup/ with it; now a slot holds only keras_vit's files and the run refuses to start.
+    # Run.finish left backup/ with it; now a slot holds only keras_vit's files and the run refuses to start.
     from keras_vit.data.image_folder import ArrayBatches
     from keras_vit.utils.errors import ArgumentError
-    from keras_vit.workflows.resuming import SLOTS, claim_run, finish_run, fit_resumable
+    from keras_vit.workflows.resuming import SLOTS, claim_run, fit_resumable
 
     keras.utils.set_random_seed(0)
     model = tiny_classifier()
@@ -299,7 +299,7 @@ def test_a_users_file_in_an_epoch_backup_slot_is_refused_and_kept(tmp_path):
         claim_run(str(run_dir))
     assert (run_dir / SLOTS[0] / "notes.txt").read_text() == "why epoch 1 looked odd"
     (run_dir / SLOTS[0] / "notes.txt").unlink()  # moved away, as the message asks: the run is ours again
-    finish_run(claim_run(str(run_dir)))
+    claim_run(str(run_dir)).finish()
     assert sorted(os.listdir(run_dir)) == [".keras_vit.json", "log.csv"]
 
 

@@ -40,6 +40,6 @@ def test_a_kill_while_the_old_slot_is_removed_leaves_a_run_that_resumes(tmp_path
 
     run = claim_run(run_dir)  # both slots still keras_vit's: a part of one, and the one the pointer names
     assert EpochCheckpoint(run, {"case": "kill"}).restore(model) == 2
-    resuming.finish_run(run)
+    run.finish()
     assert POINTER_FILE not in os.listdir(run_dir)
     assert not any(os.path.exists(os.path.join(run_dir, slot)) for slot in SLOTS)  # still ours to delete

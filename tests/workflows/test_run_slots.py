@@ -2,7 +2,7 @@
 
 Each epoch writes the backup slot (`backup.a/` or `backup.b/`) the pointer `backup.json` does not name, then
 replaces the pointer in one step: a kill at any point leaves the pointer naming a whole slot. A user's file
-inside a slot is refused by name before any work, never carried or deleted. `finish_run` removes the slots and
+inside a slot is refused by name before any work, never carried or deleted. `Run.finish` removes the slots and
 the pointer and keeps the log and the user's files.
 """
 
@@ -16,7 +16,7 @@ from keras_vit.data.image_folder import ArrayBatches
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.workflows import resuming
 from keras_vit.workflows.digits_demo import build_digits_classifier
-from keras_vit.workflows.resuming import LOG_FILE, POINTER_FILE, SLOTS, claim_run, finish_run, fit_resumable
+from keras_vit.workflows.resuming import LOG_FILE, POINTER_FILE, SLOTS, claim_run, fit_resumable
 
 pytestmark = pytest.mark.one_backend("which files a run directory holds does not depend on the backend")
 
@@ -95,12 +95,12 @@ def test_a_kill_between_the_slot_and_the_pointer_resumes_from_the_slot_the_point
     assert _pointer(run_dir)["slot"] == SLOTS[1]
 
 
-def test_finish_run_removes_the_slots_and_the_pointer_keeping_the_log_and_the_users_files(tmp_path):
+def test_finish_removes_the_slots_and_the_pointer_keeping_the_log_and_the_users_files(tmp_path):
     run_dir = str(tmp_path / "out.run")
     _fit(run_dir, 2)
     with open(os.path.join(run_dir, "notes.txt"), "w") as file:
         file.write("mine")
-    finish_run(claim_run(run_dir))
+    claim_run(run_dir).finish()
     assert sorted(os.listdir(run_dir)) == [".keras_vit.json", LOG_FILE, "notes.txt"]
 
 
@@ -135,6 +135,6 @@ def test_a_collective_save_of_another_process_writes_a_twin_of_the_claim_and_lea
         claimed.save_json(POINTER_FILE, {"slot": SLOTS[0]})
 
     assert OtherProcess().save_for_job(write_model, claim(tmp_path / "preset", PRESET_KIND)) is False
-    assert OtherProcess().save_for_job(write_slot, claim_run(tmp_path / "run")) is False
+    assert OtherProcess().save_for_job(write_slot, claim_run(tmp_path / "run").directory) is False
     assert len(given) == 2 and not any(path.startswith(str(tmp_path)) for path in given), given
     assert os.listdir(tmp_path) == [] and not any(os.path.exists(path) for path in given)  # scratch removed
