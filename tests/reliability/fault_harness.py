@@ -351,8 +351,8 @@ def _under(relative, output):
     return relative == output or relative.startswith(output + os.sep)
 
 
-def _part(state, output, exclude=()):
-    return {key: value for key, value in state.items() if _under(key, output) and key not in exclude}
+def _part(state, output):
+    return {key: value for key, value in state.items() if _under(key, output)}
 
 
 # === Writers ===
@@ -366,7 +366,6 @@ class Writer:
         outputs: relative paths the writer owns (each compared whole: old or new).
         prepare: `prepare(root, models)`, run once in the driver: the old output and the user's files.
         write: `write(root, models)`, the writer; run in a child. Returns normally, or raises.
-        user_inside: relative paths inside an output that are the user's (kept byte for byte).
         cli: bool. `write` returns a command's exit code (0 is success).
         path: the relative path a clear error must name (defaults to the first output).
         no_exchange: bool. The system has no `renameat2` exchange (EINVAL): the fallback of two renames.
@@ -378,13 +377,12 @@ class Writer:
             when the state a fault left is not whole; "whole" is then judged after it (see the module's (a)).
     """
 
-    def __init__(self, name, outputs, prepare, write, user_inside=(), cli=False, path=None, no_exchange=False,
+    def __init__(self, name, outputs, prepare, write, cli=False, path=None, no_exchange=False,
                  backend=None, graphs=(), read=None, owned=()):
         self.name, self.outputs, self.prepare, self.write = name, list(outputs), prepare, write
         self.owned = tuple(owned)
         self.read = read
         self.backend, self.graphs = backend, tuple(graphs)
-        self.user_inside = tuple(user_inside)
         self.cli, self.path, self.no_exchange = cli, path or outputs[0], no_exchange
 
 
@@ -880,16 +878,15 @@ class WriterRun:
             verdict["clear_error"] = self._clear_error(report)
         rerun = _run_child(writer, root, self.models)
         final = snapshot(root, writer.graphs)
-        exclude = set(writer.user_inside)
         if rerun.get("status") != "ok":
             verdict["rerun"] = f"the rerun failed: {rerun.get('error_type', '')} {rerun.get('message', '')}" \
                                f"{rerun.get('output', '')[-300:] if writer.cli else ''}".strip()
         else:
             for output in writer.outputs:
-                if _part(final, output, exclude) != _part(self.new, output, exclude):
+                if _part(final, output) != _part(self.new, output):
                     verdict["rerun"] = verdict["rerun"] or f"{output} after the rerun is not the new one: " + \
-                        _difference(_part(final, output, exclude), _part(self.old, output, exclude),
-                                    _part(self.new, output, exclude))
+                        _difference(_part(final, output), _part(self.old, output),
+                                    _part(self.new, output))
         verdict["untouched"] = verdict["untouched"] or self._untouched(final, "after the rerun", allow_staging=True)
         left = sorted(key for key in final if is_staging(key) and not any(
             is_staging(part) for part in os.path.dirname(key).split(os.sep) if part))
@@ -903,10 +900,9 @@ class WriterRun:
 
     def _whole(self, state, report):
         """`None` if each output in `state` is the new one, or the old one after a failed write; else what broke."""
-        exclude = set(self.writer.user_inside)
         for output in self.writer.outputs:
-            now = _part(state, output, exclude)
-            old, new = _part(self.old, output, exclude), _part(self.new, output, exclude)
+            now = _part(state, output)
+            old, new = _part(self.old, output), _part(self.new, output)
             if now == new or (now == old and report.get("status") != "ok"):
                 continue
             what = "the old one, but the writer returned success" if now == old else _difference(now, old, new)
@@ -917,7 +913,7 @@ class WriterRun:
         problems = []
         outputs = [*self.writer.outputs, *self.writer.owned]
         for key, value in self.old.items():
-            ours = any(_under(key, output) for output in outputs) and key not in self.writer.user_inside
+            ours = any(_under(key, output) for output in outputs)
             if ours or is_staging(key):
                 continue
             if key not in state:
