@@ -117,7 +117,7 @@ def test_train_resumes_from_its_checkpoint(tmp_path):
     """Interrupted after its first epoch's checkpoint, a run continues to the uninterrupted run's weights."""
     from keras_vit.data import load_digits_split
     from keras_vit.workflows.digits_demo import build_digits_classifier
-    from keras_vit.workflows.resuming import claim_run
+    from keras_vit.workflows.resuming import open_run
     from keras_vit.workflows.training import train_classifier
 
     (x_train, y_train), test = load_digits_split(seed=0)
@@ -127,7 +127,7 @@ def test_train_resumes_from_its_checkpoint(tmp_path):
 
     straight = build_digits_classifier(seed=0, **small)
     train_classifier(straight, train, test, epochs=2, batch_size=32, seed=0, verbose=0,
-                     run=claim_run(str(tmp_path / "a")), settings=settings)
+                     run=open_run(run_dir=str(tmp_path / "a")), settings=settings)
 
     class Stop(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
@@ -145,13 +145,13 @@ def test_train_resumes_from_its_checkpoint(tmp_path):
     keras_vit.workflows.training.fit_resumable = with_stop
     try:
         with pytest.raises(KeyboardInterrupt):
-            train_classifier(killed, train, test, epochs=2, batch_size=32, seed=0, verbose=0, run=claim_run(run_dir),
-                             settings=settings)
+            train_classifier(killed, train, test, epochs=2, batch_size=32, seed=0, verbose=0,
+                             run=open_run(run_dir=run_dir), settings=settings)
     finally:
         keras_vit.workflows.training.fit_resumable = original
     resumed = build_digits_classifier(seed=0, **small)  # a new process would build the model again
-    result = train_classifier(resumed, train, test, epochs=2, batch_size=32, seed=0, verbose=0, run=claim_run(run_dir),
-                              settings=settings)
+    result = train_classifier(resumed, train, test, epochs=2, batch_size=32, seed=0, verbose=0,
+                              run=open_run(run_dir=run_dir), settings=settings)
     assert result["initial_epoch"] == 1
     for a, b in zip(straight.get_weights(), resumed.get_weights()):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)

@@ -206,11 +206,8 @@ class BestWeights(keras.callbacks.Callback):
             return False
         if self._weights is not None:
             model.set_weights(self._weights)
-        elif self.run is not None:
+        else:  # a resumed run whose best came before the kill: only its run directory has them (a backup needs one)
             self.run.load_best(model, self.best)
-        else:
-            raise ValueError("The best weights of this run were neither kept nor written; run again with "
-                             "`--no-early-stop` or a fresh run directory.")
         return True
 
 

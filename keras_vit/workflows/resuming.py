@@ -69,8 +69,8 @@ class Run:
             (under any name) is refused.
         output_kind: str. `keras_vit.writer.files.FILE` (a `.keras` file)
             or the directory's kind (`"preset"`). Defaults to `FILE`.
-        output_argument, run_dir_argument: str. The arguments that named
-            them, for errors (the command line shows their flags).
+        output_argument: str. The argument that named the output, for
+            errors (the command line shows its flag). Defaults to `"output"`.
         make_parents: bool. `False` refuses an output whose parent
             directory is missing. Defaults to `True`.
 
@@ -82,7 +82,7 @@ class Run:
     """
 
     def __init__(self, output=None, run_dir="auto", inputs=None, output_kind=FILE, output_argument="output",
-                 run_dir_argument="run_dir", make_parents=True):
+                 make_parents=True):
         if run_dir == "auto":
             run_dir = default_run_dir(output)
         self.run_dir = run_dir
@@ -93,10 +93,10 @@ class Run:
                                 argument=output_argument, make_parents=make_parents)
         if run_dir is not None:
             self.directory = claim(run_dir, RUN_KIND, names=[LOG_FILE, POINTER_FILE], inputs=inputs,
-                                   argument=run_dir_argument, directories={slot: SLOT_KIND for slot in SLOTS})
+                                   argument="run_dir", directories={slot: SLOT_KIND for slot in SLOTS})
             # best/ is a preset replaced whole (the old best stays until the new one is in place): its own claim.
             self.best_directory = claim(os.path.join(run_dir, BEST_DIR), PRESET_KIND, inputs=inputs,
-                                        argument=run_dir_argument)
+                                        argument="run_dir")
 
     def save_backup(self, write):
         """Write the epoch's backup: `write(claim)` with the run directory's claim, where the job's engine says."""
@@ -161,19 +161,6 @@ def open_run(output=None, run_dir="auto", inputs=None, output_kind=FILE, output_
     """
     return Run(output, run_dir, inputs=inputs, output_kind=output_kind, output_argument=output_argument,
                make_parents=make_parents)
-
-
-def claim_run(run_dir, inputs=None, argument="run_dir"):
-    """A `Run` of the run directory `run_dir` alone (no output), or `None` without one: for `run_training(run=...)`.
-
-    Args:
-        run_dir: str, path-like or `None`.
-        inputs: dict `{what: path or list of paths}` the run reads.
-        argument: str. The argument that named it. Defaults to `"run_dir"`.
-    """
-    if run_dir is None:
-        return None
-    return Run(run_dir=run_dir, inputs=inputs, run_dir_argument=argument)
 
 
 def _seed_states(model):

@@ -81,21 +81,21 @@ def test_a_saved_lora_model_is_a_plain_model_with_the_update_merged(save, tmp_pa
 
 
 def test_an_epoch_backup_keeps_the_low_rank_factors(tmp_path):
-    from keras_vit.workflows.resuming import EpochCheckpoint, claim_run
+    from keras_vit.workflows.resuming import EpochCheckpoint, open_run
 
     x, y = images()
     trained = tiny_classifier()
     trained.enable_lora(RANK)
     trained.compile(optimizer=keras.optimizers.AdamW(1e-2), loss="sparse_categorical_crossentropy")
     trained.fit(x, y, epochs=2, batch_size=3, verbose=0)
-    checkpoint = EpochCheckpoint(claim_run(str(tmp_path / "run")))
+    checkpoint = EpochCheckpoint(open_run(run_dir=str(tmp_path / "run")))
     checkpoint.set_model(trained)
     checkpoint.on_epoch_end(1)
 
     resumed = tiny_classifier(seed=1)  # other initial weights: everything must come from the backup
     resumed.enable_lora(RANK)
     resumed.compile(optimizer=keras.optimizers.AdamW(1e-2), loss="sparse_categorical_crossentropy")
-    assert EpochCheckpoint(claim_run(str(tmp_path / "run"))).restore(resumed) == 2
+    assert EpochCheckpoint(open_run(run_dir=str(tmp_path / "run"))).restore(resumed) == 2
     expected, actual = values(trained), values(resumed)
     for path in expected:
         np.testing.assert_allclose(actual[path], expected[path], atol=1e-5, err_msg=path)

@@ -181,14 +181,14 @@ def test_finetune_command_with_mixup(folder, tmp_path, capsys):
 
 
 def test_a_backup_from_other_settings_is_not_resumed(tmp_path):
-    from keras_vit.workflows.resuming import POINTER_FILE, SLOTS, EpochCheckpoint, claim_run
+    from keras_vit.workflows.resuming import POINTER_FILE, SLOTS, EpochCheckpoint, open_run
 
     model = keras_vit.ViTClassifier.from_variant("ViT-Ti/16", image_size=8, patch_size=4, hidden_dim=16,
                                                  num_layers=1, num_heads=2, mlp_dim=16, num_classes=2)
     model.compile(optimizer="adamw")
     model.optimizer.build(model.trainable_variables)  # as after a first training step
     run_dir = str(tmp_path / "run")
-    backup = claim_run(run_dir)
+    backup = open_run(run_dir=run_dir)
     checkpoint = EpochCheckpoint(backup, {"epochs": 2, "seed": 0})
     checkpoint.set_model(model)
     checkpoint.on_epoch_end(0, {"loss": 1.0})

@@ -669,7 +669,7 @@ def _backup(model, run, epoch):
     """
     from keras_vit.workflows import resuming
 
-    checkpoint = resuming.EpochCheckpoint(resuming.claim_run(run), {"seed": 1})
+    checkpoint = resuming.EpochCheckpoint(resuming.open_run(run_dir=run), {"seed": 1})
     checkpoint.slot = resuming.SLOTS[(epoch - 1) % 2] if epoch else None  # as restoring epoch `epoch` sets it
     checkpoint.set_model(model)
     checkpoint.on_epoch_end(epoch, {"loss": 1.0})

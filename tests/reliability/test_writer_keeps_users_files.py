@@ -286,20 +286,20 @@ def test_a_users_file_in_an_epoch_backup_slot_is_refused_and_kept(tmp_path):
     # Run.finish left backup/ with it; now a slot holds only keras_vit's files and the run refuses to start.
     from keras_vit.data.image_folder import ArrayBatches
     from keras_vit.utils.errors import ArgumentError
-    from keras_vit.workflows.resuming import SLOTS, claim_run, fit_resumable
+    from keras_vit.workflows.resuming import SLOTS, open_run, fit_resumable
 
     keras.utils.set_random_seed(0)
     model = tiny_classifier()
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
     data = ArrayBatches(np.zeros((4, 8, 8, 3), "float32"), np.array([0, 1, 2, 0]), 2, seed=0)
     run_dir = tmp_path / "out.run"
-    fit_resumable(model, data, 1, run=claim_run(str(run_dir)), verbose=0, keep_backup=True)
+    fit_resumable(model, data, 1, run=open_run(run_dir=str(run_dir)), verbose=0, keep_backup=True)
     (run_dir / SLOTS[0] / "notes.txt").write_text("why epoch 1 looked odd")
     with pytest.raises(ArgumentError, match=f"{SLOTS[0]} holds files keras_vit did not write there \\(notes.txt\\)"):
-        claim_run(str(run_dir))
+        open_run(run_dir=str(run_dir))
     assert (run_dir / SLOTS[0] / "notes.txt").read_text() == "why epoch 1 looked odd"
     (run_dir / SLOTS[0] / "notes.txt").unlink()  # moved away, as the message asks: the run is ours again
-    claim_run(str(run_dir)).finish()
+    open_run(run_dir=str(run_dir)).finish()
     assert sorted(os.listdir(run_dir)) == [".keras_vit.json", "log.csv"]
 
 

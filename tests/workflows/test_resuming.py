@@ -7,7 +7,7 @@ import pytest
 from keras_vit.writer import files
 from keras_vit.workflows import resuming
 from keras_vit.workflows.digits_demo import build_digits_classifier
-from keras_vit.workflows.resuming import POINTER_FILE, SLOTS, EpochCheckpoint, claim_run
+from keras_vit.workflows.resuming import POINTER_FILE, SLOTS, EpochCheckpoint, open_run
 
 
 class Killed(BaseException):
@@ -22,7 +22,7 @@ def test_a_kill_while_the_old_slot_is_removed_leaves_a_run_that_resumes(tmp_path
     run_dir = str(tmp_path / "killed.run")
     model = build_digits_classifier(seed=0, num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-    checkpoint = EpochCheckpoint(claim_run(run_dir), {"case": "kill"})
+    checkpoint = EpochCheckpoint(open_run(run_dir=run_dir), {"case": "kill"})
     checkpoint.set_model(model)
     checkpoint.on_epoch_end(0)
     checkpoint.on_epoch_end(1)
@@ -38,7 +38,7 @@ def test_a_kill_while_the_old_slot_is_removed_leaves_a_run_that_resumes(tmp_path
         checkpoint.on_epoch_end(2)
     monkeypatch.undo()
 
-    run = claim_run(run_dir)  # both slots still keras_vit's: a part of one, and the one the pointer names
+    run = open_run(run_dir=run_dir)  # both slots still keras_vit's: a part of one, and the one the pointer names
     assert EpochCheckpoint(run, {"case": "kill"}).restore(model) == 2
     run.finish()
     assert POINTER_FILE not in os.listdir(run_dir)

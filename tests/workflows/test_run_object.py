@@ -3,7 +3,7 @@
 `keras_vit.workflows.resuming.open_run` claims the run's output and its run directory once, the output first, and
 every later write of the run is one of its methods: the epoch backup and log (`fit_resumable`), the best
 weights (`best/`), the output's save (through the job's engine) and `finish`. On 7e7d25e the command claimed
-each itself (`claim(output)`, `claim_run(run_dir)`) and wrote through four functions of two modules.
+each itself (`claim(output)`, `claim_run(run_dir)`: gone) and wrote through four functions of two modules.
 """
 
 import os

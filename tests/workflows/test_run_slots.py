@@ -16,7 +16,7 @@ from keras_vit.data.image_folder import ArrayBatches
 from keras_vit.utils.errors import ArgumentError
 from keras_vit.workflows import resuming
 from keras_vit.workflows.digits_demo import build_digits_classifier
-from keras_vit.workflows.resuming import LOG_FILE, POINTER_FILE, SLOTS, claim_run, fit_resumable
+from keras_vit.workflows.resuming import LOG_FILE, POINTER_FILE, SLOTS, open_run, fit_resumable
 
 pytestmark = pytest.mark.one_backend("which files a run directory holds does not depend on the backend")
 
@@ -37,8 +37,8 @@ def _data():
 
 
 def _fit(run_dir, epochs):
-    return fit_resumable(_model(), _data(), epochs, run=claim_run(run_dir), settings={"case": "slots"}, verbose=0,
-                         keep_backup=True)
+    return fit_resumable(_model(), _data(), epochs, run=open_run(run_dir=run_dir), settings={"case": "slots"},
+                         verbose=0, keep_backup=True)
 
 
 def _pointer(run_dir):
@@ -68,7 +68,7 @@ def test_a_users_file_in_a_slot_is_refused_by_name_before_any_work(tmp_path):
     with open(notes, "w") as file:
         file.write("why epoch 1 looked odd")
     with pytest.raises(ArgumentError, match="notes.txt") as raised:
-        claim_run(run_dir)
+        open_run(run_dir=run_dir)
     assert SLOTS[0] in str(raised.value)
     with open(notes) as file:
         assert file.read() == "why epoch 1 looked odd"
@@ -100,7 +100,7 @@ def test_finish_removes_the_slots_and_the_pointer_keeping_the_log_and_the_users_
     _fit(run_dir, 2)
     with open(os.path.join(run_dir, "notes.txt"), "w") as file:
         file.write("mine")
-    claim_run(run_dir).finish()
+    open_run(run_dir=run_dir).finish()
     assert sorted(os.listdir(run_dir)) == [".keras_vit.json", LOG_FILE, "notes.txt"]
 
 
@@ -135,6 +135,6 @@ def test_a_collective_save_of_another_process_writes_a_twin_of_the_claim_and_lea
         claimed.save_json(POINTER_FILE, {"slot": SLOTS[0]})
 
     assert OtherProcess().save_for_job(write_model, claim(tmp_path / "preset", PRESET_KIND)) is False
-    assert OtherProcess().save_for_job(write_slot, claim_run(tmp_path / "run").directory) is False
+    assert OtherProcess().save_for_job(write_slot, open_run(run_dir=tmp_path / "run").directory) is False
     assert len(given) == 2 and not any(path.startswith(str(tmp_path)) for path in given), given
     assert os.listdir(tmp_path) == [] and not any(os.path.exists(path) for path in given)  # scratch removed

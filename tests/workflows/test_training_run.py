@@ -16,7 +16,7 @@ from keras_vit.data import load_digits_split
 from keras_vit.distribution import engines
 from keras_vit.workflows.digits_demo import build_digits_classifier, build_digits_predictor
 from keras_vit.workflows.pretraining import pretrain_predictor
-from keras_vit.workflows.resuming import LOG_FILE, POINTER_FILE, SLOTS, claim_run
+from keras_vit.workflows.resuming import LOG_FILE, POINTER_FILE, SLOTS, open_run
 from keras_vit.workflows.training import build_optimizer, run_training, train_classifier
 from keras_vit.data.image_folder import ArrayBatches
 from tests.finetune.helpers import tiny_backbone_file, write_folder
@@ -57,9 +57,9 @@ def test_train_pretrain_and_finetune_make_the_same_run(tmp_path, digits, evaluat
     train, test = digits
     runs = {name: str(tmp_path / name) for name in ("train", "pretrain", "finetune")}
     trained = train_classifier(build_digits_classifier(seed=0, **SMALL), train, test, epochs=2, batch_size=32,
-                               verbose=0, run=claim_run(runs["train"]))
+                               verbose=0, run=open_run(run_dir=runs["train"]))
     pretrained = pretrain_predictor(build_digits_predictor(seed=0, **SMALL), train[0], validation_images=test[0],
-                                    epochs=2, batch_size=32, verbose=0, run=claim_run(runs["pretrain"]))
+                                    epochs=2, batch_size=32, verbose=0, run=open_run(run_dir=runs["pretrain"]))
     folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=6, size=(8, 8))
     finetuned = keras_vit.finetune(folder, preset=tiny_backbone_file(str(tmp_path / "backbone.keras")),
                                    recipe="adamw", epochs=2, batch_size=4, validation_split=0.5,
@@ -95,10 +95,10 @@ def test_a_loss_that_becomes_nan_is_refused(workflow, tmp_path, digits):
     with pytest.raises(ValueError, match="the loss became NaN or infinite in epoch 1. Lower the learning rate"):
         if workflow == "train":
             train_classifier(_diverged(build_digits_classifier(seed=0, **SMALL)), train, test, epochs=2,
-                             batch_size=32, verbose=0, run=claim_run(run_dir))
+                             batch_size=32, verbose=0, run=open_run(run_dir=run_dir))
         else:
             pretrain_predictor(_diverged(build_digits_predictor(seed=0, **SMALL)), train[0], epochs=2,
-                               batch_size=32, verbose=0, run=claim_run(run_dir))
+                               batch_size=32, verbose=0, run=open_run(run_dir=run_dir))
     assert not os.path.exists(os.path.join(run_dir, POINTER_FILE))  # no diverged epoch saved
 
 
@@ -116,7 +116,7 @@ def test_a_diverged_run_keeps_its_last_good_epoch(tmp_path, digits):
     batches = ArrayBatches(x_train, y_train, batch_size=32)
     run_dir = str(tmp_path / "run")
     with pytest.raises(ValueError, match=r"in epoch 2\. .* kept in "):
-        run_training(model, batches, build_optimizer(1e-3, 0.0, total_steps=6), epochs=3, run=claim_run(run_dir),
+        run_training(model, batches, build_optimizer(1e-3, 0.0, total_steps=6), epochs=3, run=open_run(run_dir=run_dir),
                      callbacks=[Diverge()], verbose=0)
     with open(os.path.join(run_dir, POINTER_FILE)) as file:
         assert json.load(file)["epoch"] == 1  # the last good epoch, to resume from with a lower learning rate
