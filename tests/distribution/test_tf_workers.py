@@ -1,10 +1,10 @@
 """TensorFlow workers (MultiWorkerMirroredStrategy, TF_CONFIG): how a job is read, and a worker left alone.
 
 That two workers train what one process trains is the differential
-check's (`test_differential.py`: the TensorFlow pass runs four drawn
+check's (`test_differential.py`: the TensorFlow pass runs two drawn
 configurations through `keras-vit finetune --distribute data`, both
-recipes, accumulation, a job of 3, one killed and resumed; weights within
-1e-5 of one process). It replaced a two-worker test of three optimizers
+recipes, a job of 3, one killed and resumed; weights within 1e-5 of one
+process). It replaced a two-worker test of three optimizers
 here (issue 50): keras_vit's optimizers summing the replicas' gradients
 before they clip or accumulate is checked with clipping that bites on two
 replicas in `test_tf_distribution.py`, and with that sum turned off the
