@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from tests.finetune import resume_worker
 from tests.finetune.helpers import tiny_backbone_file, write_folder, write_misleading_held_out
 
 WORKER = os.path.join(os.path.dirname(__file__), "resume_worker.py")
@@ -43,8 +44,10 @@ def test_killed_finetune_resumes_to_the_uninterrupted_weights(tmp_path):
     # resumed after a kill must know that best and write its weights, not the last ones.
     held_out = write_misleading_held_out(str(tmp_path / "held_out"))
 
+    # The uninterrupted run in this process (the same function the worker runs; finetune seeds it), the killed
+    # and the resumed runs in child processes.
     reference = str(tmp_path / "reference")
-    out = _run([data, preset, reference, str(EPOCHS), held_out])
+    out = resume_worker.run(data, preset, reference, EPOCHS, held_out)
     assert f"initial_epoch 0 epochs_run {EPOCHS} best_epoch 1" in out, out
 
     killed = str(tmp_path / "killed")
