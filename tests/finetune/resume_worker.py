@@ -1,8 +1,9 @@
 """A fine-tuning run for the kill / resume test: `python resume_worker.py DATA PRESET OUTPUT EPOCHS HELD_OUT`.
 
 `SLOW_EPOCHS=seconds` pauses after each epoch so the test can kill the process mid-training. The last epoch's
-weights (before the best evaluation's are put back) go to `OUTPUT.last.npz`. The test runs the uninterrupted
-reference in its own process through `run` (one Keras start fewer), and the killed and the resumed runs here.
+weights (before the best evaluation's are put back) go to `OUTPUT.last.npz`. Only the run the test kills needs
+a process of its own: the test runs the uninterrupted reference and the resumed run in its own process through
+`run` (Keras starts once instead of three times).
 """
 
 import os
