@@ -193,8 +193,16 @@ def worker_probe(args):
     else:
         device = str(list(x.devices())[0])
         on_gpu = list(x.devices())[0].platform == "gpu"
-    emit({"backend": backend, "device": device, "on_gpu": on_gpu, "keras_file": keras.__file__,
-          "keras_vit_file": keras_vit.__file__})
+    message = {"backend": backend, "device": device, "on_gpu": on_gpu, "keras_file": keras.__file__,
+               "keras_vit_file": keras_vit.__file__}
+    if args.result:
+        # The CPU smoke's 1-block backbone for its fine-tuning, written here: one Keras start fewer.
+        sys.path.insert(0, ROOT)
+        from tests.finetune.helpers import tiny_backbone_file
+
+        tiny_backbone_file(args.result, image_size=args.image_size, dropout=0.0)
+        message["tiny_backbone"] = args.result
+    emit(message)
 
 
 def worker_bf16(args):
@@ -447,17 +455,7 @@ def worker_bench(args):
             emit({"peak_mib": contender.peak_mib(), "attention_kernels": kernels, "custom_calls": custom_calls})
 
 
-def worker_tiny_backbone(args):
-    """A saved 1-block ViTBackbone for the CPU smoke's fine-tuning."""
-    sys.path.insert(0, ROOT)
-    from tests.finetune.helpers import tiny_backbone_file
-
-    tiny_backbone_file(args.result, image_size=args.image_size, dropout=0.0)
-    emit({"saved": args.result})
-
-
 WORKERS = {"probe": worker_probe, "bf16": worker_bf16, "finetune-predict": worker_finetune_predict,
-           "tiny-backbone": worker_tiny_backbone,
            "bench": worker_bench}
 
 
@@ -562,7 +560,11 @@ def _tail(output, lines=3):
     return " | ".join(line.strip() for line in plain.strip().splitlines()[-lines:])
 
 
-def phase_env(check):
+def _tiny_backbone_path(workdir, backend):
+    return os.path.join(workdir, f"tiny-{backend}.keras")
+
+
+def phase_env(check, workdir):
     versions = _framework_versions()
     gpu = None
     if shutil.which("nvidia-smi"):
@@ -576,7 +578,11 @@ def phase_env(check):
     check.say(f"python {result['python']}; " + ", ".join(f"{k} {v}" for k, v in versions.items()) + f"; GPU: {gpu}")
     problems = []
     for backend in check.args.backends:
-        code, output, messages = check.worker("probe", backend, timeout=120)
+        options = []
+        if check.smoke:  # the probe also writes the smoke's tiny backbone (phase_finetune)
+            options = ["--result", _tiny_backbone_path(workdir, backend),
+                       "--image-size", str(sizes(True)["finetune_image_size"])]
+        code, output, messages = check.worker("probe", backend, *options, timeout=120)
         if code != 0 or not messages:
             problems.append(f"keras on {backend} did not start: {_tail(output)}")
             continue
@@ -661,11 +667,10 @@ def phase_finetune(check, backend, workdir):
     if check.smoke:
         # ViT-Ti's 12 blocks take minutes on shared CPUs: the smoke fine-tunes a 1-block backbone through the
         # same command, preset and reload.
-        source = os.path.join(workdir, f"tiny-{backend}.keras")
-        code, out, _ = check.worker("tiny-backbone", backend, "--result", source,
-                                    "--image-size", str(s["finetune_image_size"]))
-        if code != 0:
-            check.record(f"finetune[{backend}]", result, [f"the tiny backbone was not written: {_tail(out)}"])
+        # The probe (phase_env) wrote it.
+        source = _tiny_backbone_path(workdir, backend)
+        if not os.path.isfile(source):
+            check.record(f"finetune[{backend}]", result, [f"the probe did not write the tiny backbone {source}"])
             return
         model = ["--preset", source]
     else:
@@ -916,7 +921,7 @@ def drive(args):
               f"phases {', '.join(args.phases)}, budget {args.budget:.0f} s; writing to {check.out}")
     bench = None
     try:
-        if phase_env(check):
+        if phase_env(check, workdir):
             # Correctness side by side (the GPU has room for all) while the benchmark's contenders build and
             # compile; then the timings, with nothing else on the GPU.
             if "bench" in args.phases:

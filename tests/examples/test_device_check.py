@@ -42,6 +42,7 @@ def test_cpu_smoke_runs_every_phase_and_writes_its_results(tmp_path):
     assert results["mode"] == "cpu-smoke" and results["problems"] == []
     phases = results["phases"]
     assert set(phases) == {"env", "tests[torch]", "bf16[torch]", "finetune[torch]", "bench"}
+    assert phases["env"]["probe"]["torch"]["tiny_backbone"].endswith("tiny-torch.keras")  # the probe wrote it
     assert phases["tests[torch]"]["counts"].get("passed") == 1
     assert phases["bf16[torch]"]["mixed_bfloat16"]["relative_error"] <= 2e-2
     losses = phases["finetune[torch]"]["losses"]

@@ -12,22 +12,19 @@ import numpy as np
 import pytest
 
 import keras_vit
+from tests.finetune import resume_worker
 from tests.finetune.helpers import tiny_backbone_file, write_folder, write_misleading_held_out
 
 WORKER = os.path.join(os.path.dirname(__file__), "resume_worker.py")
 EPOCHS = 4
 
 
-def _run(args, env_extra=None, wait=True):
-    env = dict(os.environ, **(env_extra or {}))
+def _start(args, env_extra):
+    env = dict(os.environ, **env_extra)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     command = [sys.executable, WORKER, *args]
-    if not wait:
-        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _weights(directory):
@@ -43,12 +40,14 @@ def test_killed_finetune_resumes_to_the_uninterrupted_weights(tmp_path):
     # resumed after a kill must know that best and write its weights, not the last ones.
     held_out = write_misleading_held_out(str(tmp_path / "held_out"))
 
+    # The uninterrupted run in this process (the same function the worker runs; finetune seeds it); only the
+    # killed run needs a child process.
     reference = str(tmp_path / "reference")
-    out = _run([data, preset, reference, str(EPOCHS), held_out])
+    out = resume_worker.run(data, preset, reference, EPOCHS, held_out)
     assert f"initial_epoch 0 epochs_run {EPOCHS} best_epoch 1" in out, out
 
     killed = str(tmp_path / "killed")
-    process = _run([data, preset, killed, str(EPOCHS), held_out], {"SLOW_EPOCHS": "2"}, wait=False)
+    process = _start([data, preset, killed, str(EPOCHS), held_out], {"SLOW_EPOCHS": "2"})
     state = os.path.join(killed + ".run", "backup.json")  # the pointer: its epoch is the last whole slot's
     deadline = time.time() + 300
     epochs_done = 0
@@ -69,7 +68,8 @@ def test_killed_finetune_resumes_to_the_uninterrupted_weights(tmp_path):
     assert not os.path.exists(killed), "a killed run must not leave an output preset"
     assert os.path.exists(os.path.join(killed + ".run", "best", "model.weights.h5")), "the best so far is kept"
 
-    out = _run([data, preset, killed, str(EPOCHS), held_out])
+    # The resumed run reads everything it needs from the run directory: in this process too.
+    out = resume_worker.run(data, preset, killed, EPOCHS, held_out)
     assert "best_epoch 1" in out, out
     resumed_from = int(out.split("initial_epoch ")[1].split()[0])
     epochs_run = int(out.split("epochs_run ")[1].split()[0])

@@ -266,6 +266,7 @@ def _python(code, env=None):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=300)
 
 
+@pytest.mark.one_backend("the child runs without KERAS_BACKEND: the same process whatever the pass's backend")
 def test_help_and_version_import_no_backend():
     code = (
         "import sys\n"
@@ -286,6 +287,7 @@ def test_help_and_version_import_no_backend():
     assert f"keras-vit {keras_vit.__version__}" in done.stdout
 
 
+@pytest.mark.one_backend("the child runs without KERAS_BACKEND: the same process whatever the pass's backend")
 def test_command_line_without_keras_backend_picks_one():
     done = subprocess.run([sys.executable, "-m", "keras_vit", "presets", "--backbones"], capture_output=True,
                           text=True, timeout=300, cwd=ROOT,

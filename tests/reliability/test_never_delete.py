@@ -218,6 +218,9 @@ KILLED_FINETUNE = textwrap.dedent("""
 
 
 @pytest.mark.slow
+# When the backup goes is keras_vit's run logic (workflows/finetuning.py), not the backend's; a kill and resume
+# mid-training runs on every backend in tests/finetune/test_resume.py and the differential sample.
+@pytest.mark.one_backend("when the run deletes its backup: keras_vit's run logic, not the backend's")
 @pytest.mark.parametrize("where", ["evaluation", "output"])
 def test_a_kill_after_the_last_epoch_resumes_with_every_epoch_done(where, tmp_path):
     # The backup was deleted as soon as the last epoch ended, so a kill during the final evaluation or
