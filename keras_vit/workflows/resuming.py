@@ -126,7 +126,10 @@ class Run:
                 f"{quote(path)} holds the weights of another evaluation ({written}) than the run's backup records "
                 f"as its best ({best}). Delete {quote(self.directory.given)} and run again, or run with "
                 "`--no-early-stop`.")
-        model.load_weights(os.path.join(path, WEIGHTS_FILE))
+        # A preset holds no optimizer state (the resumed optimizer's comes from the backup): skip the optimizer,
+        # or Keras warns on every resume that it skipped loading it.
+        skipped = [model.optimizer] if model.optimizer is not None else None
+        model.load_weights(os.path.join(path, WEIGHTS_FILE), objects_to_skip=skipped)
 
     def save_output(self, write):
         """Save the run's output: `write(claim)` on the process the job's engine picks (a no-op without an output)."""

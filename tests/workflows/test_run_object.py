@@ -70,3 +70,25 @@ def test_the_final_save_and_finish_go_through_the_run_and_a_kill_between_resumes
     assert os.path.isfile(os.path.join(output + ".run", POINTER_FILE))  # kept until `finish`
     run.finish()
     assert not any(os.path.exists(os.path.join(output + ".run", name)) for name in (POINTER_FILE, *SLOTS))
+
+
+def test_the_best_weights_load_back_on_a_resume_without_a_warning_about_the_optimizer(tmp_path):
+    # best/ holds the model's weights without its optimizer's state (the resumed run's optimizer comes from the
+    # backup): loading them into the compiled, trained model must not warn that the optimizer was skipped.
+    import warnings
+
+    from keras_vit.workflows.resuming import open_run
+
+    trained = _model()
+    trained.fit(_data(), epochs=1, verbose=0)  # its optimizer built, with variables
+    best = {"epoch": 1, "update": 2, "accuracy": 0.5, "loss": 1.0}
+    run = open_run(run_dir=str(tmp_path / "run"))
+    run.save_best(trained, best)
+    resumed = _model()
+    resumed.fit(_data(), epochs=1, verbose=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run.load_best(resumed, best)
+    assert not [str(w.message) for w in caught if "optimizer" in str(w.message)]
+    for loaded, saved in zip(resumed.get_weights(), trained.get_weights()):
+        np.testing.assert_array_equal(loaded, saved)
