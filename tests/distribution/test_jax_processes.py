@@ -98,6 +98,8 @@ def jobs(tmp_path_factory):
 def test_two_processes_train_what_one_process_trains(mode, jobs):
     one, two = (job[mode] for job in jobs)
     assert set(one) == set(two) and len(one["losses"]) == 2
+    print(f"{mode}: losses {np.max(np.abs(two['losses'] - one['losses'])):.2g} apart, weights "
+          f"{max(float(np.max(np.abs(two[k] - one[k]))) for k in one if k != 'losses'):.2g}")  # `pytest -rP`
     np.testing.assert_allclose(two["losses"], one["losses"], atol=1e-5, rtol=0)
     for name in one:
         np.testing.assert_allclose(two[name], one[name], atol=1e-5, rtol=0, err_msg=name)
