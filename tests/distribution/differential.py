@@ -468,8 +468,31 @@ def _command(config, directory, name):
                                     os.path.join(directory, "pretrained.keras"), output)
 
 
-def _one_and_job(config, engine, directory):
-    """The outputs and printed logs of the one-process run and of the job (both started at once)."""
+def one_here(arguments):
+    """`keras-vit ARGUMENTS` in this process (its backend already started): what it printed; raise if it failed.
+
+    The one-process run of the CI sample: the test's own process has started Keras and its backend, so
+    the reference costs no Python start (4-9 CPU s each). Only where this process runs the checkout under
+    test (`PACKAGE_ROOT == ROOT`) and the engine's backend.
+    """
+    import contextlib
+    import io
+
+    from keras_vit.cli import main as cli
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        code = cli(arguments)
+    if code != 0:
+        raise RuntimeError(f"exit {code}: {printed.getvalue()[-2500:]}")
+    return printed.getvalue()
+
+
+def _one_and_job(config, engine, directory, in_process=False):
+    """The outputs and printed logs of the one-process run and of the job (both started at once).
+
+    `in_process`: the one-process run in this process (`one_here`), while the job's processes run.
+    """
     from tests.distribution.jobs import stop
 
     one, one_arguments = _command(config, directory, "one")
@@ -482,9 +505,10 @@ def _one_and_job(config, engine, directory):
         if os.path.exists(job if config.command == "finetune" else job + ".keras"):
             raise RuntimeError("the killed job left its output, though it never finished")
     # Side by side: on a loaded machine most of a run is starting Python and a backend.
-    children = start(engine, one_arguments, 1), start(engine, job_arguments, config.processes, config.devices)
+    children = [] if in_process else start(engine, one_arguments, 1)
+    children = children, start(engine, job_arguments, config.processes, config.devices)
     try:
-        one_log = finish(children[0])[0]
+        one_log = one_here(one_arguments) if in_process else finish(children[0])[0]
         job_log, *other_logs = finish(children[1])
     finally:
         stop(children[0] + children[1])
@@ -498,14 +522,24 @@ def _one_and_job(config, engine, directory):
     return (one, one_log), (job, job_log)
 
 
-def run(config, engine, directory=None):
-    """Train `config` as one process and as its job on `engine`; the three differences (a `Result`)."""
+def run(config, engine, directory=None, in_process=False):
+    """Train `config` as one process and as its job on `engine`; the three differences (a `Result`).
+
+    `in_process`: the one-process run in this process (`one_here`), whose Keras backend must be `engine`
+    and whose keras_vit the checkout under test (the CI sample's test); otherwise in a child.
+    """
+    if in_process:
+        import keras
+
+        if keras.backend.backend() != engine or PACKAGE_ROOT != ROOT:
+            raise ValueError(f"the one-process run of {engine} cannot run in this process: its backend is "
+                             f"{keras.backend.backend()} and its keras_vit {ROOT} (the runs': {PACKAGE_ROOT})")
     began = time.monotonic()
     result = Result(config, engine)
     with tempfile.TemporaryDirectory(prefix="differential-", dir=directory) as scratch:
         try:
             prepare(config, scratch)
-            (one, one_log), (job, job_log) = _one_and_job(config, engine, scratch)
+            (one, one_log), (job, job_log) = _one_and_job(config, engine, scratch, in_process)
             expected, actual = weights(one, config.command), weights(job, config.command)
             if sorted(expected) != sorted(actual):
                 raise RuntimeError(f"different weights: {sorted(set(expected) ^ set(actual))[:4]}")

@@ -47,11 +47,13 @@ def test_ci_misses_names_what_a_sample_leaves_out():
     assert "jax: no pretrain" in misses and "none with LoRA" in misses, misses
 
 
-@pytest.mark.slow  # each configuration: one process beside a job of 2 or 3 (one per engine killed, then resumed)
+@pytest.mark.slow  # each configuration: a job of 2 or 3 (one per engine killed, then resumed) beside one run here
 @pytest.mark.parametrize("position", range(differential.CI_CASES))
 def test_a_job_trains_prints_and_logs_what_one_process_does(tmp_path, position):
+    # The one-process run is the command line in this process (its printed lines captured): this pass has
+    # started Keras on the engine's backend already, so only the job's processes start Python.
     config = differential.ci_sample(ENGINE)[position]
-    result = differential.run(config, ENGINE, str(tmp_path))
+    result = differential.run(config, ENGINE, str(tmp_path), in_process=True)
     print(differential.table_row(result))  # shown by `pytest -rP`
     assert not result.error, result.error[-3000:]
     assert result.weight_difference <= differential.WEIGHT_TOLERANCE, differential.table_row(result)

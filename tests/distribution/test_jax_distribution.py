@@ -1,8 +1,10 @@
-"""DataParallel and ModelParallel (2x4 mesh) on 8 virtual CPU devices, JAX backend.
+"""DataParallel and ModelParallel (2x4 mesh) on 8 virtual CPU devices, JAX backend; whole heads per device.
 
 The training runs in a child process (`jax_worker.py`) because the number
 of virtual devices is fixed when JAX starts; this process only checks what
-the child reports.
+the child reports. The same child makes the 8-device checks of whole heads
+(test_whole_heads.py's subject, `test_model_parallel_refuses_split_heads_and_splits_whole_heads`
+here): one JAX start with 8 devices serves both, instead of one each.
 """
 
 import json
@@ -20,7 +22,7 @@ pytestmark = [
         keras.backend.backend() != "jax",
         reason="keras.distribution (DataParallel / ModelParallel) runs on the JAX backend only",
     ),
-    pytest.mark.slow,  # one child process trains three times: about 30 s
+    pytest.mark.slow,  # one child process trains three times and runs the command line twice
 ]
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_worker.py")
@@ -135,3 +137,22 @@ def test_model_parallel_optimizer_state_follows_weights(report):
         for name in moments:
             assert optimizer[name]["spec"] == info["spec"], (name, optimizer[name], info)
             assert optimizer[name]["shard_shape"] == info["shard_shape"], name
+
+
+def test_model_parallel_refuses_split_heads_and_splits_whole_heads(report):
+    # Moved from test_whole_heads.py (its layout-only test stays there): the refusals on real devices.
+    heads = report["whole_heads"]
+    assert report["device_count"] == 8
+    assert "does not divide the 6 attention heads" in heads["heads_refusal"]
+    assert "Use a model axis of 1 or 2 " in heads["heads_refusal"]
+    assert heads["heads_accepted"] is None
+    assert heads["cli"]["exit_code"] == 1
+    assert "keras-vit train: error:" in heads["cli"]["stderr"]
+    assert "does not divide the 4 attention heads" in heads["cli"]["stderr"]
+    assert "Use a model axis of 1, 2 or 4 " in heads["cli"]["stderr"]
+    assert "Traceback" not in heads["cli"]["stderr"]
+    assert "--model-parallelism 4" in heads["cli"]["stderr"]
+    assert heads["cli_model_parallelism_4"] == {"exit_code": 0, "saved": True}
+    split = heads["split"]  # a converted preset built under model_parallel(2) computes what it computes on one device
+    assert split["difference"] < 1e-5
+    assert split["qkv_spec"] == [None, "model"] and split["qkv_shard_shape"] == [16, 24]  # (D, 3D / 2)
