@@ -229,7 +229,8 @@ KILLED_FINETUNES = textwrap.dedent("""
     for where, output in zip(sys.argv[3::2], sys.argv[4::2]):
         pid = os.fork()
         if pid == 0:
-            if where == "evaluation":  # fit evaluates the held-out images after each of the 2 epochs; the 3rd is the final
+            # fit evaluates the held-out images after each of the 2 epochs; the 3rd evaluation is the final one
+            if where == "evaluation":
                 evaluate, calls = keras.Model.evaluate, []
                 def evaluate_then_die(self, *args, **kwargs):
                     calls.append(1)
