@@ -202,11 +202,19 @@ def worker_probe(args):
 
         tiny_backbone_file(args.result, image_size=args.image_size, dropout=0.0)
         message["tiny_backbone"] = args.result
+    if args.bf16_image_size:
+        # The CPU smoke's bfloat16 parity too (phase_bf16 reads it here): one Keras start fewer. The GPU run
+        # starts the bf16 worker of its own.
+        message["bf16"] = _bf16_parity(args.bf16_image_size)
     emit(message)
 
 
 def worker_bf16(args):
     """A small ViT under mixed_bfloat16 and in float32 against the numpy reference."""
+    emit(_bf16_parity(args.image_size))
+
+
+def _bf16_parity(size):
     import keras
     import numpy as np
 
@@ -215,7 +223,6 @@ def worker_bf16(args):
     from tests import numpy_reference as ref
     from tests.models.model_helpers import randomise, reference_weights, to_numpy
 
-    size = args.image_size
     config = dict(image_size=size, patch_size=8, hidden_dim=64, num_layers=2, num_heads=4, mlp_dim=128)
     images = np.random.default_rng(1).uniform(0, 255, size=(4, size, size, 3)).astype("float32")
     result = {}
@@ -229,7 +236,8 @@ def worker_bf16(args):
         result[policy] = {"relative_error": float(np.linalg.norm(got - expected) / np.linalg.norm(expected)),
                           "max_abs_error": float(np.abs(got - expected).max()),
                           "finite": bool(np.isfinite(got).all())}
-    emit(result)
+    keras.config.set_dtype_policy("float32")
+    return result
 
 
 def worker_finetune_predict(args):
@@ -238,11 +246,14 @@ def worker_finetune_predict(args):
 
     import keras_vit
 
-    model = keras_vit.ViTClassifier.from_preset(args.preset)
     size = args.image_size
     images = np.random.default_rng(7).uniform(0, 255, size=(6, size, size, 3)).astype("float32")
-    probabilities = np.asarray(model.predict(images, verbose=0), dtype="float64")
-    np.save(args.result, probabilities)
+    # The CPU smoke loads and predicts a second time in this process (`--second-result`): both of its
+    # "devices" are the CPU, and a second process would only start Keras again.
+    for result in filter(None, (args.result, args.second_result)):
+        model = keras_vit.ViTClassifier.from_preset(args.preset)
+        probabilities = np.asarray(model.predict(images, verbose=0), dtype="float64")
+        np.save(result, probabilities)
     emit({"saved": args.result, "shape": list(probabilities.shape)})
 
 
@@ -477,6 +488,7 @@ class Check:
         self.out = args.output_dir or os.environ.get("OUT") or os.path.join(HERE, "results")
         os.makedirs(self.out, exist_ok=True)
         self.log = open(os.path.join(self.out, "device-check.log"), "w")
+        self.smoke_bf16 = {}  # by backend: the smoke's bfloat16 parity, which its probe computes
 
     def remaining(self):
         return self.deadline - time.monotonic()
@@ -579,14 +591,17 @@ def phase_env(check, workdir):
     problems = []
     for backend in check.args.backends:
         options = []
-        if check.smoke:  # the probe also writes the smoke's tiny backbone (phase_finetune)
+        if check.smoke:  # the probe also writes the smoke's tiny backbone (phase_finetune) and runs its bf16 parity
             options = ["--result", _tiny_backbone_path(workdir, backend),
-                       "--image-size", str(sizes(True)["finetune_image_size"])]
+                       "--image-size", str(sizes(True)["finetune_image_size"]),
+                       "--bf16-image-size", str(sizes(True)["bf16_image_size"])]
         code, output, messages = check.worker("probe", backend, *options, timeout=120)
         if code != 0 or not messages:
             problems.append(f"keras on {backend} did not start: {_tail(output)}")
             continue
         probe = messages[-1]
+        if "bf16" in probe:
+            check.smoke_bf16[backend] = probe.pop("bf16")
         result["probe"][backend] = probe
         check.say(f"keras on {backend}: a tensor lands on {probe['device']} (keras from {probe['keras_file']})")
         if not check.smoke and not probe["on_gpu"]:
@@ -639,7 +654,11 @@ def _has_xdist():
 
 def phase_bf16(check, backend):
     size = sizes(check.smoke)["bf16_image_size"]
-    code, output, messages = check.worker("bf16", backend, "--image-size", str(size), timeout=150)
+    if check.smoke:  # the probe ran it (phase_env)
+        parity = check.smoke_bf16.get(backend)
+        code, output, messages = 0, "the probe returned no bfloat16 parity", [parity] if parity else []
+    else:
+        code, output, messages = check.worker("bf16", backend, "--image-size", str(size), timeout=150)
     problems = []
     if code != 0 or not messages:
         problems.append(f"the bfloat16 parity worker failed: {_tail(output)}")
@@ -697,17 +716,21 @@ def phase_finetune(check, backend, workdir):
     if not losses or not losses[-1] < losses[0]:
         problems.append(f"the loss did not fall: {losses}")
     predictions = {}
-    for where, extra in (("gpu", {"JAX_DEFAULT_MATMUL_PRECISION": "highest", "NVIDIA_TF32_OVERRIDE": "0"}),
-                         ("cpu", {"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu"})):
-        path = os.path.join(workdir, f"predictions-{backend}-{where}.npy")
-        code, out, _ = check.worker("finetune-predict", backend, "--preset", output, "--result", path,
+    paths = {where: os.path.join(workdir, f"predictions-{backend}-{where}.npy") for where in ("gpu", "cpu")}
+    runs = [("gpu", {"JAX_DEFAULT_MATMUL_PRECISION": "highest", "NVIDIA_TF32_OVERRIDE": "0"}, ()),
+            ("cpu", {"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu"}, ())]
+    if check.smoke:  # both "devices" are the CPU there: one process loads and predicts twice
+        runs = [("cpu", runs[1][1], ("--second-result", paths["gpu"]))]
+    for where, extra, more in runs:
+        code, out, _ = check.worker("finetune-predict", backend, "--preset", output, "--result", paths[where], *more,
                                     "--image-size", str(s["finetune_image_size"]), timeout=120, extra_env=extra)
         if code != 0:
             problems.append(f"the preset did not reload and predict on the {where}: {_tail(out)}")
             break
+    else:
         import numpy as np
 
-        predictions[where] = np.load(path)
+        predictions = {where: np.load(path) for where, path in paths.items()}
     if len(predictions) == 2:
         import numpy as np
 
@@ -985,6 +1008,8 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--preset", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--second-result", help=argparse.SUPPRESS)
+    parser.add_argument("--bf16-image-size", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.check_wheels:
         problems = check_wheels(args.check_wheels, args.requirements)

@@ -40,7 +40,9 @@ if ls .device-wheels/*.whl >/dev/null 2>&1 && { [ $is_312 = 1 ] || [ $smoke = 0 
     export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-    if ! "$PYTHON" -c "import keras" >/dev/null 2>&1; then
+    # find_spec, not an import: importing Keras starts its backend, seconds of CPU for a yes or no.
+    if ! "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('keras') is None)" \
+            >/dev/null 2>&1; then
         echo "device_check: no keras and no .device-wheels/: run \`make device-wheels\` and carry .device-wheels" >&2
         exit 1
     fi

@@ -1,14 +1,19 @@
 """Every script in examples/ runs top to bottom as a user runs it, with tiny settings, and shows its progress.
 
-Each script runs in a new interpreter (`python examples/X.py ...`, bounded by a
-timeout), as the README tells a user to run it. The library each one calls is
+Each script runs as `python examples/X.py ...` runs it, as the README tells a
+user to: as `__main__`, with its arguments in `sys.argv`, from the test's own
+directory; but in the test's process (`runpy`), not a new interpreter, whose
+start would import Keras and its backend again for seconds of CPU each. The
+one line a new interpreter would run differently, the script's
+`os.environ.setdefault("KERAS_BACKEND", "jax")`, does nothing in the suite
+either way (each pass sets KERAS_BACKEND). The library each one calls is
 tested on every backend by the rest of the suite; what is checked here is that
 the script itself runs and says what it did, so one pass runs them.
 """
 
 import os
 import re
-import subprocess
+import runpy
 import sys
 
 import numpy as np
@@ -17,7 +22,6 @@ import pytest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLES = os.path.join(ROOT, "examples")
 TIMM_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "timm", "cls_token")
-TIMEOUT_S = 600  # a bound on a hang; each takes well under a minute on an idle 2-core host
 
 # Tiny settings for each script (OUT is replaced by the test's output directory), and the lines that show its
 # progress, in order.
@@ -50,16 +54,16 @@ SMALL = {
 }
 
 
-def run_example(script, tmp_path):
-    """The script's stdout; fails with its output when it fails."""
+def run_example(script, tmp_path, capsys, monkeypatch):
+    """The script's stdout, run as `__main__` with its arguments; its exception, if it raises, fails the test."""
     output = str(tmp_path / "out")
     arguments = [output if argument == "OUT" else argument for argument in SMALL[script][0]]
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    completed = subprocess.run([sys.executable, os.path.join(EXAMPLES, script), *arguments], cwd=tmp_path, env=env,
-                               capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert completed.returncode == 0, (completed.stdout + completed.stderr)[-4000:]
-    return completed.stdout.replace(output, "OUT")
+    path = os.path.join(EXAMPLES, script)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [path, *arguments])
+    capsys.readouterr()  # what the test printed before, if anything
+    runpy.run_path(path, run_name="__main__")
+    return capsys.readouterr().out.replace(output, "OUT")
 
 
 def check_progress(script, stdout):
@@ -78,17 +82,17 @@ def test_every_example_has_small_settings():
 
 
 @pytest.mark.slow  # three tiny fits
-@pytest.mark.one_backend("runs the script in a process of its own; the library it calls is tested on each backend")
-def test_masked_patch_prediction_runs_and_shows_progress(tmp_path):
-    stdout = run_example("masked_patch_prediction.py", tmp_path)
+@pytest.mark.one_backend("runs the script as a user does; the library it calls is tested on each backend")
+def test_masked_patch_prediction_runs_and_shows_progress(tmp_path, capsys, monkeypatch):
+    stdout = run_example("masked_patch_prediction.py", tmp_path, capsys, monkeypatch)
     check_progress("masked_patch_prediction.py", stdout)
     assert f"Backend {os.environ.get('KERAS_BACKEND', 'jax')}:" in stdout
 
 
 @pytest.mark.slow  # one tiny fine-tune
-@pytest.mark.one_backend("runs the script in a process of its own; the library it calls is tested on each backend")
-def test_finetune_folder_runs_and_saves_a_preset_with_the_class_names(tmp_path):
-    check_progress("finetune_folder.py", run_example("finetune_folder.py", tmp_path))
+@pytest.mark.one_backend("runs the script as a user does; the library it calls is tested on each backend")
+def test_finetune_folder_runs_and_saves_a_preset_with_the_class_names(tmp_path, capsys, monkeypatch):
+    check_progress("finetune_folder.py", run_example("finetune_folder.py", tmp_path, capsys, monkeypatch))
     import keras_vit
 
     model = keras_vit.ViTClassifier.from_preset(str(tmp_path / "out"))
@@ -96,9 +100,10 @@ def test_finetune_folder_runs_and_saves_a_preset_with_the_class_names(tmp_path):
     assert model.input_shape[1:] == (32, 32, 3)
 
 
-@pytest.mark.one_backend("runs the script in a process of its own; the library it calls is tested on each backend")
-def test_convert_timm_checkpoint_runs_and_its_preset_gives_timms_answer(tmp_path):
-    check_progress("convert_timm_checkpoint.py", run_example("convert_timm_checkpoint.py", tmp_path))
+@pytest.mark.one_backend("runs the script as a user does; the library it calls is tested on each backend")
+def test_convert_timm_checkpoint_runs_and_its_preset_gives_timms_answer(tmp_path, capsys, monkeypatch):
+    check_progress("convert_timm_checkpoint.py",
+                   run_example("convert_timm_checkpoint.py", tmp_path, capsys, monkeypatch))
     import keras_vit
 
     # The preset the script saved against timm's own answer on the fixture's images (committed by

@@ -140,43 +140,72 @@ def test_save_to_preset_never_replaces_a_users_directory(tmp_path):
 
 # === A kill inside the swap (child processes) ===
 
-KILLED_SAVE = textwrap.dedent("""
+# One Python process imports Keras once and forks a child for each kill point (a fork of a process of
+# its own, as tests/reliability/fault_harness.py does): each child saves and dies at its point, a process
+# killed as a whole, without the cost of a second Keras start.
+KILLED_SAVES = textwrap.dedent("""
     import os, sys
     import keras, keras_vit
     from keras_vit.writer import files
 
-    path, point = sys.argv[1], sys.argv[2]
-    keras.utils.set_random_seed(1)
-    new = keras_vit.ViTBackbone(image_size=8, patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32)
     exchange = files.exchange_paths
 
     def die():
         os._exit(9)  # SIGKILL-like: no cleanup, no finally blocks
 
-    if point == "before-exchange":
-        files.exchange_paths = lambda a, b: die()
-    elif point == "after-exchange":
-        files.exchange_paths = lambda a, b: exchange(a, b) and die()
-    new.save_to_preset(path)
-    print("not killed")
+    for point, path in zip(sys.argv[1::2], sys.argv[2::2]):
+        pid = os.fork()
+        if pid == 0:
+            keras.utils.set_random_seed(1)
+            new = keras_vit.ViTBackbone(image_size=8, patch_size=4, hidden_dim=16, num_layers=1, num_heads=2,
+                                        mlp_dim=32)
+            if point == "before-exchange":
+                files.exchange_paths = lambda a, b: die()
+            elif point == "after-exchange":
+                files.exchange_paths = lambda a, b: exchange(a, b) and die()
+            try:
+                new.save_to_preset(path)
+                print(point, "not killed", flush=True)
+            except BaseException:  # shown in the report; the exit code (0, not 9) fails the test
+                import traceback
+                traceback.print_exc()
+            finally:  # the child never returns into the loop, whatever happens
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("EXIT", point, os.waitstatus_to_exitcode(status), flush=True)
 """)
+KILL_POINTS = ("before-exchange", "after-exchange")
+
+
+@pytest.fixture(scope="module")
+def killed_swaps(tmp_path_factory):
+    """For each kill point: a directory whose `preset` was an old preset when a save was killed at that point."""
+    keras.utils.set_random_seed(0)
+    old = tiny_backbone()
+    x = np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype("float32")
+    old_output = keras.ops.convert_to_numpy(old(x))
+    folders = {point: tmp_path_factory.mktemp(point) for point in KILL_POINTS}
+    for folder in folders.values():
+        old.save_to_preset(folder / "preset")
+    script = tmp_path_factory.mktemp("script") / "killed_saves.py"
+    script.write_text(KILLED_SAVES)
+    arguments = [str(part) for point in KILL_POINTS for part in (point, folders[point] / "preset")]
+    child = subprocess.run([sys.executable, str(script), *arguments], capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    assert child.returncode == 0, child.stderr[-2000:]
+    return folders, x, old_output, child.stdout + child.stderr[-3000:]
 
 
 @one_backend
 # Between the two renames of the no-exchange fallback: test_writer_cases.py (the next load names the `mv` that puts it back).
-@pytest.mark.parametrize("point", ["before-exchange", "after-exchange"])
-def test_a_kill_inside_the_preset_swap_leaves_a_loadable_preset(point, tmp_path):
-    path = tmp_path / "preset"
-    keras.utils.set_random_seed(0)
-    old = tiny_backbone()
-    old.save_to_preset(path)
-    x = np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype("float32")
-    old_output = keras.ops.convert_to_numpy(old(x))
-    script = tmp_path / "killed_save.py"
-    script.write_text(KILLED_SAVE)
-    child = subprocess.run([sys.executable, str(script), str(path), point], capture_output=True, text=True,
-                           timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
-    assert child.returncode == 9 and "not killed" not in child.stdout, child.stderr[-2000:]
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_a_kill_inside_the_preset_swap_leaves_a_loadable_preset(point, killed_swaps):
+    folders, x, old_output, stdout = killed_swaps
+    assert f"EXIT {point} 9" in stdout and f"{point} not killed" not in stdout, stdout
+    folder = folders[point]
+    path = folder / "preset"
     loaded = keras_vit.ViTBackbone.from_preset(str(path))
     output = keras.ops.convert_to_numpy(loaded(x))
     if point == "after-exchange":
@@ -184,55 +213,84 @@ def test_a_kill_inside_the_preset_swap_leaves_a_loadable_preset(point, tmp_path)
     else:
         np.testing.assert_array_equal(output, old_output)  # the old preset, whole
     # The next save cleans what the kill left beside the path, and only that.
-    (tmp_path / "unrelated.incoming").mkdir()
+    (folder / "unrelated.incoming").mkdir()
     loaded.save_to_preset(path)
-    assert sorted(os.listdir(tmp_path)) == ["killed_save.py", "preset", "unrelated.incoming"]
+    assert sorted(os.listdir(folder)) == ["preset", "unrelated.incoming"]
 
 
 # === Resuming after a kill in the last steps of a run ===
 
-KILLED_FINETUNE = textwrap.dedent("""
+# One process imports Keras once and forks a run for each kill point (as KILLED_SAVES above).
+KILLED_FINETUNES = textwrap.dedent("""
     import os, sys
     import keras, keras_vit
 
-    data, source, output, where = sys.argv[1:5]
-    if where == "evaluation":  # fit evaluates the held-out images after each of the 2 epochs; the 3rd is the final
-        evaluate, calls = keras.Model.evaluate, []
-        def evaluate_then_die(self, *args, **kwargs):
-            calls.append(1)
-            if len(calls) == 3:
-                os._exit(9)
-            return evaluate(self, *args, **kwargs)
-        keras.Model.evaluate = evaluate_then_die
-    else:  # killed while writing the output; the run's best weights (its `best/` preset) are written before it
-        from keras_vit.workflows import finetuning
-        write_preset = finetuning.write_preset  # finetune writes its output through the claim it made
-        def write_then_die(model, destination, **metadata):
-            if destination.path == os.path.abspath(output):
-                os._exit(9)
-            return write_preset(model, destination, **metadata)
-        finetuning.write_preset = write_then_die
-    keras_vit.finetune(data, preset=source, epochs=2, batch_size=4, recipe="adamw", output=output, verbose=0,
-                       workers=1)
+    data, source = sys.argv[1:3]
+    for where, output in zip(sys.argv[3::2], sys.argv[4::2]):
+        pid = os.fork()
+        if pid == 0:
+            # fit evaluates the held-out images after each of the 2 epochs; the 3rd evaluation is the final one
+            if where == "evaluation":
+                evaluate, calls = keras.Model.evaluate, []
+                def evaluate_then_die(self, *args, **kwargs):
+                    calls.append(1)
+                    if len(calls) == 3:
+                        os._exit(9)
+                    return evaluate(self, *args, **kwargs)
+                keras.Model.evaluate = evaluate_then_die
+            else:  # killed while writing the output; the run's best weights (its `best/` preset) are written before it
+                from keras_vit.workflows import finetuning
+                write_preset = finetuning.write_preset  # finetune writes its output through the claim it made
+                def write_then_die(model, destination, **metadata):
+                    if destination.path == os.path.abspath(output):
+                        os._exit(9)
+                    return write_preset(model, destination, **metadata)
+                finetuning.write_preset = write_then_die
+            try:
+                keras_vit.finetune(data, preset=source, epochs=2, batch_size=4, recipe="adamw", output=output,
+                                   verbose=0, workers=1)
+            except BaseException:  # shown in the report; the exit code (0, not 9) fails the test
+                import traceback
+                traceback.print_exc()
+            finally:  # the child never returns into the loop, whatever happens
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("EXIT", where, os.waitstatus_to_exitcode(status), flush=True)
 """)
+KILLED_RUNS = ("evaluation", "output")
+
+
+@pytest.fixture(scope="module")
+def killed_runs(tmp_path_factory):
+    """The photos, the pretrained backbone, and for each kill point the output of a run killed there."""
+    base = tmp_path_factory.mktemp("killed-runs")
+    data = write_folder(str(base / "photos"), classes=2, per_class=5, size=(8, 8))
+    source = tiny_backbone_file(str(base / "pretrained.keras"), image_size=8)
+    outputs = {where: str(base / where / "my_vit") for where in KILLED_RUNS}
+    for output in outputs.values():
+        os.makedirs(os.path.dirname(output))
+    script = base / "killed_finetunes.py"
+    script.write_text(KILLED_FINETUNES)
+    arguments = [part for where in KILLED_RUNS for part in (where, outputs[where])]
+    child = subprocess.run([sys.executable, str(script), data, source, *arguments], capture_output=True,
+                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
+    assert child.returncode == 0, child.stderr[-3000:]
+    return data, source, outputs, child.stdout + child.stderr[-3000:]
 
 
 @pytest.mark.slow
 # When the backup goes is keras_vit's run logic (workflows/finetuning.py), not the backend's; a kill and resume
 # mid-training runs on every backend in tests/finetune/test_resume.py and the differential sample.
 @pytest.mark.one_backend("when the run deletes its backup: keras_vit's run logic, not the backend's")
-@pytest.mark.parametrize("where", ["evaluation", "output"])
-def test_a_kill_after_the_last_epoch_resumes_with_every_epoch_done(where, tmp_path):
+@pytest.mark.parametrize("where", KILLED_RUNS)
+def test_a_kill_after_the_last_epoch_resumes_with_every_epoch_done(where, killed_runs):
     # The backup was deleted as soon as the last epoch ended, so a kill during the final evaluation or
     # the preset write restarted the run at epoch 0.
-    data = write_folder(str(tmp_path / "photos"), classes=2, per_class=5, size=(8, 8))
-    output = str(tmp_path / "my_vit")
-    script = tmp_path / "killed_finetune.py"
-    script.write_text(KILLED_FINETUNE)
-    source = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8)
-    child = subprocess.run([sys.executable, str(script), data, source, output, where], capture_output=True,
-                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
-    assert child.returncode == 9, child.stderr[-3000:]
+    data, source, outputs, report = killed_runs
+    output = outputs[where]
+    assert f"EXIT {where} 9" in report, report
     assert os.path.isfile(output + ".run/backup.json") and not os.path.exists(output)
 
     result = keras_vit.finetune(data, preset=source, epochs=2, batch_size=4, recipe="adamw", output=output,

@@ -65,6 +65,46 @@ def run_child(code, timeout=240):
     return process.returncode, out, err
 
 
+# One fresh Python imports keras_vit once, then forks a child for each piece of code (a fork of a process
+# of its own, as tests/reliability/fault_harness.py does); each child is a whole process that a kill ends.
+_FORKING_PARENT = """
+    import json, os, sys, textwrap
+    import keras_vit
+    from tests.reliability.helpers import tiny_classifier
+
+    for name, code in json.loads(sys.stdin.read()).items():
+        pid = os.fork()
+        if pid == 0:
+            try:
+                exec(textwrap.dedent(code), {"__name__": "__main__"})
+            except BaseException:  # shown in stderr; the exit code (0) fails the test that expects a kill
+                import traceback
+                traceback.print_exc()
+            finally:  # the child never returns into the loop, whatever happens
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("EXIT", name, os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def run_forked_children(codes, timeout=240):
+    """Run each of `codes` (`{name: code}`) in a child forked from one fresh Python: `({name: exit code}, stderr)`."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_FORKING_PARENT)], cwd=ROOT, env=env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = process.communicate(json.dumps(codes), timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err[-3000:]
+    exits = {line.split()[1]: int(line.split()[2]) for line in out.splitlines() if line.startswith("EXIT ")}
+    return exits, err
+
+
 # === Identity, not spelling ===
 
 
@@ -267,12 +307,31 @@ _KILL_AT_FIRST_FSYNC = """
 """
 
 
+@pytest.fixture(scope="module")
+def killed_saves(tmp_path_factory):
+    """The two kill cases below, killed in children of one Keras start: `{case: (folder, exit code)}`, stderr.
+
+    "fsync": a preset whose replacement was killed inside its first write; "renames": a preset whose
+    replacement was killed between the fallback's two renames, with the old model and the preset's snapshot.
+    """
+    fsync = tmp_path_factory.mktemp("kill-at-fsync")
+    tiny_classifier().save_to_preset(fsync / "p")
+    renames = tmp_path_factory.mktemp("kill-between-renames")
+    keras.utils.set_random_seed(0)
+    old = tiny_classifier()
+    old.save_to_preset(renames / "p")
+    before = snapshot(renames / "p")
+    exits, err = run_forked_children({"fsync": _KILL_AT_FIRST_FSYNC.format(path=str(fsync / "p")),
+                                      "renames": _KILL_BETWEEN_RENAMES.format(path=str(renames / "p"))})
+    return {"fsync": (fsync, exits.get("fsync")), "renames": (renames, exits.get("renames"), old, before)}, err
+
+
 @one_backend
-def test_a_kill_inside_the_first_marker_write_is_cleaned_not_adopted(tmp_path):
+def test_a_kill_inside_the_first_marker_write_is_cleaned_not_adopted(killed_saves):
     # main: the next save moved the marker's temporary into the preset as the user's file, then refused every save.
+    cases, err = killed_saves
+    tmp_path, code = cases["fsync"]
     preset = tmp_path / "p"
-    tiny_classifier().save_to_preset(preset)
-    code, out, err = run_child(_KILL_AT_FIRST_FSYNC.format(path=str(preset)))
     assert code == 9, err
     assert private_leftovers(tmp_path), "the kill left nothing: the case did not happen"
     for _ in range(2):
@@ -303,15 +362,12 @@ def _same_weights(first, second):
 
 
 @one_backend
-def test_a_kill_between_the_two_renames_is_named_by_the_next_load_with_the_mv_that_restores_it(tmp_path):
+def test_a_kill_between_the_two_renames_is_named_by_the_next_load_with_the_mv_that_restores_it(killed_saves):
     # A load never renames (issue 50): it names the old copy of the ended process and the `mv` that puts it
     # back, moving nothing; after that `mv` the old preset loads, and the next save leaves nothing behind.
+    cases, err = killed_saves
+    tmp_path, code, old, before = cases["renames"]
     preset = tmp_path / "p"
-    keras.utils.set_random_seed(0)
-    old = tiny_classifier()
-    old.save_to_preset(preset)
-    before = snapshot(preset)
-    code, out, err = run_child(_KILL_BETWEEN_RENAMES.format(path=str(preset)))
     assert code == 9, err
     assert not preset.exists(), "the kill did not fall between the renames"
     left = snapshot(tmp_path)

@@ -78,6 +78,9 @@ def classifier_file(tmp_path):
     return path
 
 
+# The refusal and the replacing are the writer's file logic; `keras-vit explain` writing its figures runs on
+# every backend in tests/inspection/test_explain.py (test_explain_writes_every_figure).
+@one_backend
 def test_explain_keeps_a_users_own_figure7_files(classifier_file, tmp_path, capsys):
     # main: exit 0, and thesis/figure7.png and figure7.json were replaced by explain's own.
     thesis = tmp_path / "thesis"
