@@ -1,8 +1,8 @@
 """model.fit under tf.distribute.MirroredStrategy over two logical CPUs, TensorFlow backend.
 
-The training runs in child processes (`tf_worker.py`, `tf_clipping_worker.py`)
-because TensorFlow's logical devices must be configured before TensorFlow
-initialises; this process only checks what the children report. With
+The training runs in one child process (`tf_worker.py`) because TensorFlow's
+logical devices must be configured before TensorFlow initialises; this process
+only checks what the child reports. With
 gradient clipping or accumulation, keras_vit's SGD and AdamW must train
 what one device trains, and Keras' own must not (they clip each replica's
 part of the gradient, and cannot accumulate under a strategy). `TPUStrategy` takes the same
@@ -24,7 +24,7 @@ pytestmark = [
         keras.backend.backend() != "tensorflow",
         reason="tf.distribute strategies run on the TensorFlow backend only",
     ),
-    pytest.mark.slow,  # two child processes, 2 and 10 trainings
+    pytest.mark.slow,  # a child process, 14 trainings
 ]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,12 +46,14 @@ def _run_child(name):
 
 @pytest.fixture(scope="module")
 def report():
+    # One child for all the runs (the plain ones and the clipped ones, under "clipping"): each TensorFlow
+    # process start costs several CPU seconds of imports.
     return _run_child("tf_worker.py")
 
 
 @pytest.fixture(scope="module")
-def clipping():
-    return _run_child("tf_clipping_worker.py")
+def clipping(report):
+    return report["clipping"]
 
 
 def test_two_replicas_on_two_logical_cpus(report):

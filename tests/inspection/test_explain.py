@@ -144,8 +144,11 @@ def test_explain_a_masked_patch_predictor(tmp_path, capsys, monkeypatch):
     assert titles == ["Figure 7 of the ViT paper for mpp.keras (1 image(s))"]
 
 
+@pytest.mark.one_backend("the package's import wiring: `import keras_vit` binds its submodules on any backend")
 def test_inspection_is_an_attribute_of_the_package():
-    # The package docstring's own example: keras_vit.inspection.attention_maps(model, images).
+    # The package docstring's own example: keras_vit.inspection.attention_maps(model, images). A fresh
+    # process, since this one imported keras_vit.inspection already. The other passes import the same
+    # module in every test of this file that calls keras_vit.inspection.
     import subprocess
 
     code = "import keras_vit; print(keras_vit.inspection.attention_maps.__name__)"

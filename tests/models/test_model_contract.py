@@ -8,7 +8,11 @@ import keras_vit
 from keras_vit.models.hybrid import bit_resnet_stem
 from tests.models.contract import run_model_contract, run_model_options_contract, vit_parameter_count
 
-TINY = dict(hidden_dim=16, num_layers=2, num_heads=2, mlp_dim=32)
+# One block: the contract is about the model kind (its config, files, fit, options), which one block
+# carries as two do; each block more is tracing and compiling in every fit and predict below (issue 50).
+# Several blocks' names, files and counts are test_vit_models.py's and test_parameter_counts.py's.
+LAYERS = 1
+TINY = dict(hidden_dim=16, num_layers=LAYERS, num_heads=2, mlp_dim=32)
 IMAGES = np.random.default_rng(0).uniform(0, 255, (4, 16, 16, 3)).astype("float32")
 LABELS = np.array([0, 1, 2, 0])
 
@@ -30,12 +34,12 @@ def _randomise_head(model):
 CASES = {
     "backbone": (
         lambda dtype: keras_vit.ViTBackbone(image_size=16, patch_size=4, dtype=dtype, **TINY),
-        None, vit_parameter_count(16, 2, 32, num_patches=16, patch_features=48)),
+        None, vit_parameter_count(16, LAYERS, 32, num_patches=16, patch_features=48)),
     "backbone_registers": (
         lambda dtype: keras_vit.ViTBackbone(image_size=16, patch_size=8, num_register_tokens=2, dtype=dtype, **TINY),
         # timm's rule: without `no_embed_class` the position embedding has a row for every prefix token,
         # the class token and the registers alike.
-        None, vit_parameter_count(16, 2, 32, num_patches=4, patch_features=192, num_register_tokens=2,
+        None, vit_parameter_count(16, LAYERS, 32, num_patches=4, patch_features=192, num_register_tokens=2,
                                   num_prefix_tokens=3)),
     "backbone_hybrid": (
         lambda dtype: keras_vit.ViTBackbone(
@@ -45,16 +49,16 @@ CASES = {
     "classifier": (
         lambda dtype: _randomise_head(keras_vit.ViTClassifier(
             keras_vit.ViTBackbone(image_size=16, patch_size=4, dtype=dtype, **TINY), num_classes=3, dtype=dtype)),
-        LABELS, vit_parameter_count(16, 2, 32, num_patches=16, patch_features=48, num_classes=3)),
+        LABELS, vit_parameter_count(16, LAYERS, 32, num_patches=16, patch_features=48, num_classes=3)),
     "classifier_gap": (
         lambda dtype: _randomise_head(keras_vit.ViTClassifier(
             keras_vit.ViTBackbone(image_size=16, patch_size=4, dtype=dtype, **TINY), num_classes=3, pooling="gap",
             pooled_norm=True, dtype=dtype)),
-        LABELS, vit_parameter_count(16, 2, 32, num_patches=16, patch_features=48, num_classes=3, gap_norm=True)),
+        LABELS, vit_parameter_count(16, LAYERS, 32, num_patches=16, patch_features=48, num_classes=3, gap_norm=True)),
     "masked_patch_predictor": (
         lambda dtype: keras_vit.MaskedPatchPredictor(
             keras_vit.ViTBackbone(image_size=16, patch_size=4, dtype=dtype, **TINY), seed=0, dtype=dtype),
-        "images", vit_parameter_count(16, 2, 32, num_patches=16, patch_features=48)
+        "images", vit_parameter_count(16, LAYERS, 32, num_patches=16, patch_features=48)
         + 16  # the learned [mask] embedding
         + 16 * 512 + 512),  # the head: 3-bit mean colour, 512 classes
 }
