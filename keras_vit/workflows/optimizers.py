@@ -27,6 +27,14 @@ class ReplicaSummedGradients:
     so both already clip the global gradient.
     """
 
+    def build(self, variables):
+        super().build(variables)
+        # Which variables decay is decided here, once, not in the first update: Keras decides it lazily and keeps
+        # the answers on the optimizer, so under torch.compile the first step changed what the compiled update's
+        # guards read, and the second step compiled the backward pass and the update again.
+        for variable in variables:
+            self._use_weight_decay(variable)
+
     def _backend_apply_gradients(self, grads, trainable_variables):
         if tf_optimizers.can_apply_summed(self) and tf_optimizers.apply_summed(
                 self, grads, trainable_variables, super()._clip_gradients):

@@ -50,6 +50,8 @@ def test_the_forward_pass_compiles_without_a_graph_break():
 # tests/finetune/test_finetune.py.
 @pytest.mark.slow  # compiling takes ~30-60 s on 2 shared cores
 def test_jit_compile_predicts_and_fits_as_eager():
+    import torch
+
     from keras_vit.workflows.optimizers import AdamW
 
     rng = np.random.default_rng(0)
@@ -58,8 +60,14 @@ def test_jit_compile_predicts_and_fits_as_eager():
     for jit in (False, True):
         model = tiny_classifier(num_layers=1)
         model.compile(optimizer=AdamW(1e-2), loss="sparse_categorical_crossentropy", jit_compile=jit)
+        graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         losses = model.fit(x, y, epochs=2, batch_size=6, shuffle=False, verbose=0).history["loss"]
         results[jit] = losses, [keras.ops.convert_to_numpy(weight) for weight in model.weights]
+    # Three graphs: train_step's twice (Keras' `zero_grad` finds no gradients before the first step only) and the
+    # backward pass with the update once. The update's frame compiled again at the second step while the optimizer
+    # decided each variable's weight decay in the first step (Keras fills a cache then, which the guards watch).
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
+    assert graphs == 3, f"{graphs} graphs compiled for two training steps"
     # The first loss is the compiled forward pass's on the initial weights; the second, after the compiled
     # backward pass and AdamW update; the weights, after the second step's graph.
     np.testing.assert_allclose(results[True][0], results[False][0], atol=1e-5)
