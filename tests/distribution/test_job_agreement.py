@@ -230,24 +230,32 @@ def test_a_job_whose_processes_differ_in_a_flag_stops_at_the_join_on_every_proce
     assert [child.returncode for child in children] == [2, 2], log[-4000:]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torchrun: the torch pass")
-def test_torchrun_without_distribute_refuses_before_any_work(tmp_path):
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torchrun's variables: the torch pass")
+def test_torchrun_without_distribute_refuses_before_any_work(tmp_path, monkeypatch, capsys):
     # Both ranks used to train alone on the same output; the second died at the first's log.csv. Now each
-    # refuses at the start, with the flag to add, and nothing is written. (The other launchers' variables
-    # are checked without a launch: tests/distribution/test_engine_variables.py.)
+    # refuses at the start, with the flag to add, and nothing is written. Each rank runs in this process with
+    # the variables torchrun gives it (the refusal reads only them; `python -m keras_vit` exits with `main`'s
+    # code, which torchrun reports). The other launchers' variables, and each engine's: without a launch too,
+    # tests/distribution/test_engine_variables.py.
+    from keras_vit.cli import main
     from tests.finetune.helpers import tiny_backbone_file, write_folder
 
     folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
     pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
     output = str(tmp_path / "out")
-    (child,) = launch("torch", ["-m", "keras_vit", "finetune", folder, "--preset", pretrained, "--epochs", "1",
-                                "--batch-size", "4", "--workers", "1", "--output", output], 2)
-    (log,) = _stop([child])
-    assert child.returncode != 0 and "exitcode  : 2 " in log, log[-4000:]
-    assert "error: This process is one of 2 that a launcher started (torchrun's RANK=" in log, log[-4000:]
-    assert "Add --distribute data" in log and "Epoch 1/" not in log and "already holds" not in log, log[-4000:]
-    assert not os.path.exists(output) and not os.path.exists(output + ".run")
+    for rank in (0, 1):
+        for name, value in {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+                            "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_USE_AGENT_STORE": "True"}.items():
+            monkeypatch.setenv(name, value)
+        code = main(["finetune", folder, "--preset", pretrained, "--epochs", "1", "--batch-size", "4",
+                     "--workers", "1", "--output", output])
+        captured = capsys.readouterr()
+        log = captured.out + captured.err
+        assert code == 2, log[-4000:]
+        assert "error: This process is one of 2 that a launcher started (torchrun's RANK=" in log, log[-4000:]
+        assert "Add --distribute data" in log and "Epoch 1/" not in log and "already holds" not in log, log[-4000:]
+        assert not os.path.exists(output) and not os.path.exists(output + ".run")
 
 
 # === What a path flag means, compared as each process reads it (issue 50) ===
