@@ -1,13 +1,14 @@
 """PyTorch jobs: a bad output or a missing process stops the job.
 
-`torchrun --nproc_per_node=2` (gloo, CPU, 127.0.0.1 and a free port) starts
-the two processes of the bad-output job; a process whose peer never comes up
-runs in the test's own process, with the variables torchrun would give it. That a job trains, prints and logs what one process does, and
-that a job whose worker (its last rank, not the chief) is killed ends and
-resumes to one process's weights, is the differential check's
-(`test_differential.py`, configurations drawn by seed, `CI_RESUMED`). Every
-launch is bounded by a timeout and its whole process group is killed by the
-test, pass or fail.
+Each process gets the variables torchrun gives it (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT; gloo, CPU, 127.0.0.1 and a free port): the two
+processes of the bad-output job are started as children, a process whose
+peer never comes up runs in the test's own process. That a job under
+torchrun itself trains, prints and logs what one process does, and that a
+job whose worker (its last rank, not the chief) is killed ends and resumes
+to one process's weights, is the differential check's (`test_differential.py`,
+configurations drawn by seed, `CI_RESUMED`). Every launch is bounded by a
+timeout and its whole process group is killed by the test, pass or fail.
 """
 
 import keras
@@ -22,22 +23,22 @@ pytestmark = [
 ]
 
 
-def finetune(arguments, processes=2):
-    """`keras-vit finetune ARGUMENTS` as `processes` processes under torchrun, started now."""
-    return launch("torch", ["-m", "keras_vit", "finetune", *arguments], processes)[0]
-
-
 def test_every_process_checks_the_output_before_training(tmp_path):
     # Process 1 writes nothing, yet it must refuse a bad --output too: were only process 0 to check,
-    # process 1 would go on alone and wait for a partner at its first collective.
+    # process 1 would go on alone and wait for a partner at its first collective. The two processes are
+    # started with the variables torchrun gives them, without the launcher (which would end the second as
+    # soon as the first fails): each one's own output must hold the refusal.
     folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
     pretrained = str(tmp_path / "pretrained.keras")
     tiny_backbone_file(pretrained, image_size=8, dropout=0.0)
-    child = finetune([folder, "--preset", pretrained, "--epochs", "1", "--output", str(tmp_path / "missing" / "out"),
-                      "--distribute", "data"])
-    (log,) = finish([child], TIMEOUT)
-    assert child.returncode != 0, log[-4000:]
-    assert log.count("does not exist. Create it first") == 2 and "Epoch 1/1" not in log, log[-4000:]
+    arguments = ["-m", "keras_vit", "finetune", folder, "--preset", pretrained, "--epochs", "1",
+                 "--output", str(tmp_path / "missing" / "out"), "--distribute", "data"]
+    port = free_port()
+    children = [launch("torch", arguments, 2, port=port, only=rank)[0] for rank in range(2)]
+    logs = finish(children, TIMEOUT)
+    for child, log in zip(children, logs):
+        assert child.returncode == 2, log[-4000:]
+        assert log.count("does not exist. Create it first") == 1 and "Epoch 1/1" not in log, log[-4000:]
 
 
 @pytest.mark.parametrize("rank, missing", [(0, 1), (1, 0)])
