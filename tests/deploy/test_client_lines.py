@@ -3,6 +3,15 @@
 The lines are taken from the page itself, as tests/examples/test_readme.py
 reads the README, and run on photo files; the answer is compared with
 `ViTClassifier.predict` of the same files through keras_vit's reader.
+
+In the TensorFlow pass only, the one whose graph the page's onnxruntime lines
+run: what the page's preprocessing reads (export.json, written by
+`describe_transform` whatever the backend) and does (Pillow and numpy) does
+not depend on the backend, and that a graph exported from JAX (a SavedModel
+through jax2tf) answers as keras_vit is tests/deploy/test_export.py's check in
+the JAX pass (the JAX pass here fed that graph the page's preprocessing
+through `run_exported`, never the page's run lines, and cost a TensorFlow
+import for it).
 """
 
 import importlib.util
@@ -13,14 +22,14 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.workflows.export import UNSUPPORTED, export_model, required_modules, run_exported
+from keras_vit.workflows.export import UNSUPPORTED, export_model, required_modules
 from tests.deploy.photos import PHOTOS, assert_same_answer, keras_vit_answer, tiny_classifier, write_photo
 from tests.package_source import ROOT
 
 pytest.importorskip("skimage")
 BACKEND = keras.backend.backend()
-# The graph each backend exports (ONNX only from TensorFlow, a SavedModel from JAX through jax2tf).
-FORMAT = {"tensorflow": "onnx", "jax": "saved_model"}.get(BACKEND)
+# The page's run lines feed an ONNX graph, which TensorFlow exports.
+FORMAT = {"tensorflow": "onnx"}.get(BACKEND)
 TRANSFORMS = {"center_crop": {}, "crop_0.875_bilinear": {"crop_fraction": 0.875, "interpolation": "bilinear"}}
 NAMES = [f"class_{i}" for i in range(10)]
 
@@ -37,7 +46,7 @@ def _doc_blocks():
 
 def _skip_unless_exportable():
     if FORMAT is None or UNSUPPORTED.get((FORMAT, BACKEND)):
-        pytest.skip(f"the graph is exported from TensorFlow (ONNX) or JAX (SavedModel), not {BACKEND}")
+        pytest.skip(f"the page's client runs the ONNX graph that TensorFlow exports, not {BACKEND}'s")
     missing = [name for name in required_modules(FORMAT, BACKEND) if importlib.util.find_spec(name) is None]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed (the export extra)")
@@ -60,12 +69,9 @@ def test_the_documented_client_answers_as_keras_vit(transform, photos, tmp_path)
     exec(compile(preprocess_block, "docs/deploy.md", "exec"), namespace)  # noqa: S102 - the page's own lines
     for name, path in photos.items():
         expected = keras_vit_answer(model, path)
-        if FORMAT == "onnx":
-            # The page's onnxruntime lines, with this test's export and photo for its example paths.
-            lines = run_block.replace("vit_onnx", export_dir).replace("cat.jpg", str(path))
-            exec(compile(lines, "docs/deploy.md", "exec"), namespace)  # noqa: S102
-            got = namespace["probabilities"]
-            assert namespace["spec"]["class_names"] == NAMES
-        else:
-            got = run_exported(export_dir, FORMAT, namespace["preprocess"](str(path), export_dir))[0]
+        # The page's onnxruntime lines, with this test's export and photo for its example paths.
+        lines = run_block.replace("vit_onnx", export_dir).replace("cat.jpg", str(path))
+        exec(compile(lines, "docs/deploy.md", "exec"), namespace)  # noqa: S102
+        got = namespace["probabilities"]
+        assert namespace["spec"]["class_names"] == NAMES
         assert_same_answer(got, expected, f"{transform}, {name}, {FORMAT}")

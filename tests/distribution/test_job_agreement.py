@@ -13,7 +13,7 @@ process. Checked three ways:
 - over the data and the model a workflow compares before training (a file
   resized, removed or relabelled; another model config), drawn the same way;
 - with real jobs of two processes, one per engine in its own pass (JAX's
-  processes, torchrun, TensorFlow workers): process 1 gets another value of
+  processes, PyTorch's with torchrun's variables, TensorFlow workers): process 1 gets another value of
   one flag drawn from the same generator, and both processes exit with 2
   and the line, within the test's bound (before, a JAX job with
   `--batch-size 4` and `8` hung at step 2 forever).
@@ -30,7 +30,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.distribution.jobs import finish, launch
+from tests.distribution.jobs import finish, free_port, launch
 
 SEED = 39
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "differing_flags_worker.py")
@@ -189,8 +189,18 @@ JOB_TIMEOUT = 150
 
 
 def _start_job(backend, arguments, extra):
-    """Two processes of `keras-vit ARGUMENTS`, process `i` with `extra[i]` added, as `backend`'s engine starts them."""
-    return launch(backend, [WORKER, json.dumps(extra), *arguments], 2, KERAS_VIT_JOIN_TIMEOUT="60")
+    """Two processes of `keras-vit ARGUMENTS`, process `i` with `extra[i]` added, as `backend`'s engine starts them.
+
+    On PyTorch each process is started with the variables torchrun gives it, without torchrun itself: one
+    Python start fewer, and torchrun would end the other process as soon as one fails, hiding its line.
+    (Jobs under torchrun: tests/distribution/test_torch_processes.py and the differential check.)
+    """
+    command = [WORKER, json.dumps(extra), *arguments]
+    if backend == "torch":
+        port = free_port()
+        return [launch(backend, command, 2, port=port, only=index, KERAS_VIT_JOIN_TIMEOUT="60")[0]
+                for index in range(2)]
+    return launch(backend, command, 2, KERAS_VIT_JOIN_TIMEOUT="60")
 
 
 def _stop(children):
@@ -218,36 +228,38 @@ def test_a_job_whose_processes_differ_in_a_flag_stops_at_the_join_on_every_proce
     expected = f"keras-vit finetune: error: process 1 of 2 differs from process 0 in {flag}: "
     assert all(child.returncode != 0 for child in children), log[-4000:]
     assert "Epoch 1/" not in log, log[-4000:]
-    if backend == "torch":
-        # torchrun ends the other workers as soon as one fails, and its workers share one pipe: the line
-        # of the first to stop is there whole (both learn the difference at the same gather, `Engine.agree`;
-        # the other engines' runs show both); torchrun says the worker's own exit status.
-        assert log.count(expected) >= 1 and "exitcode  : 2 " in log, log[-4000:]
-        return
     lines = [line for line in log.splitlines() if line.startswith(expected)]
     assert len(lines) == 2 and lines[0] == lines[1], log[-4000:]  # both processes, the same line
     assert lines[0].endswith("every process of a job must run the same command on the same data."), lines[0]
     assert [child.returncode for child in children] == [2, 2], log[-4000:]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torchrun: the torch pass")
-def test_torchrun_without_distribute_refuses_before_any_work(tmp_path):
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torchrun's variables: the torch pass")
+def test_torchrun_without_distribute_refuses_before_any_work(tmp_path, monkeypatch, capsys):
     # Both ranks used to train alone on the same output; the second died at the first's log.csv. Now each
-    # refuses at the start, with the flag to add, and nothing is written. (The other launchers' variables
-    # are checked without a launch: tests/distribution/test_engine_variables.py.)
+    # refuses at the start, with the flag to add, and nothing is written. Each rank runs in this process with
+    # the variables torchrun gives it (the refusal reads only them; `python -m keras_vit` exits with `main`'s
+    # code, which torchrun reports). The other launchers' variables, and each engine's: without a launch too,
+    # tests/distribution/test_engine_variables.py.
+    from keras_vit.cli import main
     from tests.finetune.helpers import tiny_backbone_file, write_folder
 
     folder = write_folder(str(tmp_path / "photos"), classes=2, per_class=4, size=(10, 12))
     pretrained = tiny_backbone_file(str(tmp_path / "pretrained.keras"), image_size=8, dropout=0.0)
     output = str(tmp_path / "out")
-    (child,) = launch("torch", ["-m", "keras_vit", "finetune", folder, "--preset", pretrained, "--epochs", "1",
-                                "--batch-size", "4", "--workers", "1", "--output", output], 2)
-    (log,) = _stop([child])
-    assert child.returncode != 0 and "exitcode  : 2 " in log, log[-4000:]
-    assert "error: This process is one of 2 that a launcher started (torchrun's RANK=" in log, log[-4000:]
-    assert "Add --distribute data" in log and "Epoch 1/" not in log and "already holds" not in log, log[-4000:]
-    assert not os.path.exists(output) and not os.path.exists(output + ".run")
+    for rank in (0, 1):
+        for name, value in {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+                            "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_USE_AGENT_STORE": "True"}.items():
+            monkeypatch.setenv(name, value)
+        code = main(["finetune", folder, "--preset", pretrained, "--epochs", "1", "--batch-size", "4",
+                     "--workers", "1", "--output", output])
+        captured = capsys.readouterr()
+        log = captured.out + captured.err
+        assert code == 2, log[-4000:]
+        assert "error: This process is one of 2 that a launcher started (torchrun's RANK=" in log, log[-4000:]
+        assert "Add --distribute data" in log and "Epoch 1/" not in log and "already holds" not in log, log[-4000:]
+        assert not os.path.exists(output) and not os.path.exists(output + ".run")
 
 
 # === What a path flag means, compared as each process reads it (issue 50) ===

@@ -1,4 +1,11 @@
-"""Every figure renders to a non-empty PNG of the size asked for."""
+"""Every figure renders to a non-empty PNG of the size asked for.
+
+In one pass: the figures are drawn by matplotlib from numpy arrays. The
+arrays each backend computes are checked on every backend against numpy
+(tests/inspection/test_attention.py: attention maps and rollout of these
+three tiny models; test_distance.py: figure 7's numbers, hybrid included), and
+`keras-vit explain` draws every figure on every backend (test_explain.py).
+"""
 
 import struct
 import sys
@@ -8,6 +15,8 @@ import pytest
 
 from keras_vit import inspection
 from tests.inspection.helpers import build, images_for
+
+pytestmark = pytest.mark.one_backend("the figures are drawn by matplotlib from numpy arrays")
 
 
 def png_size(path):

@@ -26,7 +26,9 @@ def _values_in_h5(source):
     return sum(counted)
 
 
-def _fitted_classifier():
+@pytest.fixture(scope="module")
+def fitted_classifier():
+    """A tiny classifier after one AdamW step: what both tests below save (neither changes it)."""
     model = ViTClassifier.from_variant("ViT-Ti/16", image_size=8, patch_size=4, hidden_dim=16, num_layers=1,
                                        num_heads=2, mlp_dim=32, num_classes=3)
     model.compile(optimizer=keras.optimizers.AdamW(1e-3), loss="sparse_categorical_crossentropy")
@@ -35,8 +37,8 @@ def _fitted_classifier():
     return model
 
 
-def test_a_preset_of_a_fitted_model_holds_its_weights_only(tmp_path):
-    model = _fitted_classifier()
+def test_a_preset_of_a_fitted_model_holds_its_weights_only(fitted_classifier, tmp_path):
+    model = fitted_classifier
     # With the optimizer, as Keras writes a compiled model: weights, two moments each, the iteration count.
     model.save_weights(str(tmp_path / "with_optimizer.weights.h5"))
     assert _values_in_h5(str(tmp_path / "with_optimizer.weights.h5")) > 2 * model.count_params()
@@ -51,8 +53,8 @@ def test_a_preset_of_a_fitted_model_holds_its_weights_only(tmp_path):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(theirs), keras.ops.convert_to_numpy(ours))
 
 
-def test_save_model_writes_the_model_without_the_optimizer(tmp_path):
-    model = _fitted_classifier()
+def test_save_model_writes_the_model_without_the_optimizer(fitted_classifier, tmp_path):
+    model = fitted_classifier
     path = str(tmp_path / "model.keras")
     save_model(model, path)
     with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as weights:
