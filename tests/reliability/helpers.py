@@ -3,8 +3,14 @@
 import json
 import os
 import struct
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def raw_safetensors(path, header, data=b"", header_bytes=None):
@@ -54,3 +60,47 @@ def snapshot(root):
             with open(path, "rb") as file:
                 found[os.path.relpath(path, root)] = file.read()
     return found
+
+
+# One fresh Python imports keras_vit once, then forks a child for each piece of code (a fork of a process
+# of its own, as tests/reliability/fault_harness.py does): each child is a whole process that a kill ends,
+# without the cost of another Keras start.
+_FORKING_PARENT = """
+    import json, os, sys, textwrap
+    import keras_vit
+    from tests.reliability.helpers import tiny_classifier
+
+    for name, code in json.loads(sys.stdin.read()).items():
+        pid = os.fork()
+        if pid == 0:
+            try:
+                exec(textwrap.dedent(code), {"__name__": "__main__"})
+            except BaseException:  # shown in stderr; the exit code (0) fails the test that expects a kill
+                import traceback
+                traceback.print_exc()
+            finally:  # the child never returns into the loop, whatever happens
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("EXIT", name, os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def run_forked_children(codes, timeout=240):
+    """Run each of `codes` (`{name: code}`) in a child forked from one fresh Python: `({name: exit code}, stderr)`.
+
+    The parent runs this checkout first on the path and is killed after `timeout` seconds, pass or fail.
+    """
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_FORKING_PARENT)], cwd=ROOT, env=env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = process.communicate(json.dumps(codes), timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err[-3000:]
+    exits = {line.split()[1]: int(line.split()[2]) for line in out.splitlines() if line.startswith("EXIT ")}
+    return exits, err

@@ -11,9 +11,6 @@ old or the new preset, loadable.
 """
 
 import os
-import subprocess
-import sys
-import textwrap
 
 import keras
 import numpy as np
@@ -22,9 +19,8 @@ import pytest
 import keras_vit
 from keras_vit import cli
 from tests.finetune.helpers import tiny_backbone_file, write_folder
-from tests.reliability.helpers import tiny_backbone, tiny_classifier
+from tests.reliability.helpers import run_forked_children, tiny_backbone, tiny_classifier
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The file-system logic is the same on every backend: one pass of the suite runs it (tests/conftest.py).
 one_backend = pytest.mark.one_backend("file-system behaviour")
 
@@ -140,42 +136,25 @@ def test_save_to_preset_never_replaces_a_users_directory(tmp_path):
 
 # === A kill inside the swap (child processes) ===
 
-# One Python process imports Keras once and forks a child for each kill point (a fork of a process of
-# its own, as tests/reliability/fault_harness.py does): each child saves and dies at its point, a process
-# killed as a whole, without the cost of a second Keras start.
-KILLED_SAVES = textwrap.dedent("""
-    import os, sys
+# Each kill point in a child forked from one Python (`run_forked_children`): it saves and dies at its point,
+# a process killed as a whole.
+KILLED_SAVE = """
+    import os
     import keras, keras_vit
     from keras_vit.writer import files
-
-    exchange = files.exchange_paths
 
     def die():
         os._exit(9)  # SIGKILL-like: no cleanup, no finally blocks
 
-    for point, path in zip(sys.argv[1::2], sys.argv[2::2]):
-        pid = os.fork()
-        if pid == 0:
-            keras.utils.set_random_seed(1)
-            new = keras_vit.ViTBackbone(image_size=8, patch_size=4, hidden_dim=16, num_layers=1, num_heads=2,
-                                        mlp_dim=32)
-            if point == "before-exchange":
-                files.exchange_paths = lambda a, b: die()
-            elif point == "after-exchange":
-                files.exchange_paths = lambda a, b: exchange(a, b) and die()
-            try:
-                new.save_to_preset(path)
-                print(point, "not killed", flush=True)
-            except BaseException:  # shown in the report; the exit code (0, not 9) fails the test
-                import traceback
-                traceback.print_exc()
-            finally:  # the child never returns into the loop, whatever happens
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        print("EXIT", point, os.waitstatus_to_exitcode(status), flush=True)
-""")
+    exchange = files.exchange_paths
+    if {point!r} == "before-exchange":
+        files.exchange_paths = lambda a, b: die()
+    else:
+        files.exchange_paths = lambda a, b: exchange(a, b) and die()
+    keras.utils.set_random_seed(1)
+    keras_vit.ViTBackbone(image_size=8, patch_size=4, hidden_dim=16, num_layers=1, num_heads=2,
+                          mlp_dim=32).save_to_preset({path!r})
+"""
 KILL_POINTS = ("before-exchange", "after-exchange")
 
 
@@ -189,21 +168,18 @@ def killed_swaps(tmp_path_factory):
     folders = {point: tmp_path_factory.mktemp(point) for point in KILL_POINTS}
     for folder in folders.values():
         old.save_to_preset(folder / "preset")
-    script = tmp_path_factory.mktemp("script") / "killed_saves.py"
-    script.write_text(KILLED_SAVES)
-    arguments = [str(part) for point in KILL_POINTS for part in (point, folders[point] / "preset")]
-    child = subprocess.run([sys.executable, str(script), *arguments], capture_output=True, text=True,
-                           timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
-    assert child.returncode == 0, child.stderr[-2000:]
-    return folders, x, old_output, child.stdout + child.stderr[-3000:]
+    exits, err = run_forked_children(
+        {point: KILLED_SAVE.format(point=point, path=str(folders[point] / "preset")) for point in KILL_POINTS},
+        timeout=300)
+    return folders, x, old_output, exits, err
 
 
 @one_backend
 # Between the two renames of the no-exchange fallback: test_writer_cases.py (the next load names the `mv` that puts it back).
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_a_kill_inside_the_preset_swap_leaves_a_loadable_preset(point, killed_swaps):
-    folders, x, old_output, stdout = killed_swaps
-    assert f"EXIT {point} 9" in stdout and f"{point} not killed" not in stdout, stdout
+    folders, x, old_output, exits, err = killed_swaps
+    assert exits.get(point) == 9, err  # killed at its point (a save that was not ends with 0)
     folder = folders[point]
     path = folder / "preset"
     loaded = keras_vit.ViTBackbone.from_preset(str(path))
@@ -220,45 +196,36 @@ def test_a_kill_inside_the_preset_swap_leaves_a_loadable_preset(point, killed_sw
 
 # === Resuming after a kill in the last steps of a run ===
 
-# One process imports Keras once and forks a run for each kill point (as KILLED_SAVES above).
-KILLED_FINETUNES = textwrap.dedent("""
-    import os, sys
+# Each kill point in a child forked from one Python, as KILLED_SAVE above.
+KILLED_FINETUNE = """
+    import os
     import keras, keras_vit
 
-    data, source = sys.argv[1:3]
-    for where, output in zip(sys.argv[3::2], sys.argv[4::2]):
-        pid = os.fork()
-        if pid == 0:
-            # fit evaluates the held-out images after each of the 2 epochs; the 3rd evaluation is the final one
-            if where == "evaluation":
-                evaluate, calls = keras.Model.evaluate, []
-                def evaluate_then_die(self, *args, **kwargs):
-                    calls.append(1)
-                    if len(calls) == 3:
-                        os._exit(9)
-                    return evaluate(self, *args, **kwargs)
-                keras.Model.evaluate = evaluate_then_die
-            else:  # killed while writing the output; the run's best weights (its `best/` preset) are written before it
-                from keras_vit.workflows import finetuning
-                write_preset = finetuning.write_preset  # finetune writes its output through the claim it made
-                def write_then_die(model, destination, **metadata):
-                    if destination.path == os.path.abspath(output):
-                        os._exit(9)
-                    return write_preset(model, destination, **metadata)
-                finetuning.write_preset = write_then_die
-            try:
-                keras_vit.finetune(data, preset=source, epochs=2, batch_size=4, recipe="adamw", output=output,
-                                   verbose=0, workers=1)
-            except BaseException:  # shown in the report; the exit code (0, not 9) fails the test
-                import traceback
-                traceback.print_exc()
-            finally:  # the child never returns into the loop, whatever happens
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        print("EXIT", where, os.waitstatus_to_exitcode(status), flush=True)
-""")
+    where, output = {where!r}, {output!r}
+    # fit evaluates the held-out images after each of the 2 epochs; the 3rd evaluation is the final one
+    if where == "evaluation":
+        evaluate, calls = keras.Model.evaluate, []
+
+        def evaluate_then_die(self, *args, **kwargs):
+            calls.append(1)
+            if len(calls) == 3:
+                os._exit(9)
+            return evaluate(self, *args, **kwargs)
+
+        keras.Model.evaluate = evaluate_then_die
+    else:  # killed while writing the output; the run's best weights (its `best/` preset) are written before it
+        from keras_vit.workflows import finetuning
+        write_preset = finetuning.write_preset  # finetune writes its output through the claim it made
+
+        def write_then_die(model, destination, **metadata):
+            if destination.path == os.path.abspath(output):
+                os._exit(9)
+            return write_preset(model, destination, **metadata)
+
+        finetuning.write_preset = write_then_die
+    keras_vit.finetune({data!r}, preset={source!r}, epochs=2, batch_size=4, recipe="adamw", output=output,
+                       verbose=0, workers=1)
+"""
 KILLED_RUNS = ("evaluation", "output")
 
 
@@ -271,13 +238,10 @@ def killed_runs(tmp_path_factory):
     outputs = {where: str(base / where / "my_vit") for where in KILLED_RUNS}
     for output in outputs.values():
         os.makedirs(os.path.dirname(output))
-    script = base / "killed_finetunes.py"
-    script.write_text(KILLED_FINETUNES)
-    arguments = [part for where in KILLED_RUNS for part in (where, outputs[where])]
-    child = subprocess.run([sys.executable, str(script), data, source, *arguments], capture_output=True,
-                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
-    assert child.returncode == 0, child.stderr[-3000:]
-    return data, source, outputs, child.stdout + child.stderr[-3000:]
+    exits, err = run_forked_children(
+        {where: KILLED_FINETUNE.format(where=where, output=outputs[where], data=data, source=source)
+         for where in KILLED_RUNS}, timeout=600)
+    return data, source, outputs, exits, err
 
 
 @pytest.mark.slow
@@ -288,9 +252,9 @@ def killed_runs(tmp_path_factory):
 def test_a_kill_after_the_last_epoch_resumes_with_every_epoch_done(where, killed_runs):
     # The backup was deleted as soon as the last epoch ended, so a kill during the final evaluation or
     # the preset write restarted the run at epoch 0.
-    data, source, outputs, report = killed_runs
+    data, source, outputs, exits, err = killed_runs
     output = outputs[where]
-    assert f"EXIT {where} 9" in report, report
+    assert exits.get(where) == 9, err
     assert os.path.isfile(output + ".run/backup.json") and not os.path.exists(output)
 
     result = keras_vit.finetune(data, preset=source, epochs=2, batch_size=4, recipe="adamw", output=output,
