@@ -25,7 +25,7 @@ import pytest
 import keras_vit
 from tests.finetune.helpers import tiny_backbone_file, write_folder
 from tests.reliability.helpers import tiny_classifier
-from tests.reliability.helpers import run_cli, snapshot
+from tests.reliability.helpers import run_cli, run_forked_children, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 one_backend = pytest.mark.one_backend("file-system behaviour")
@@ -63,46 +63,6 @@ def run_child(code, timeout=240):
             process.kill()
             process.communicate()
     return process.returncode, out, err
-
-
-# One fresh Python imports keras_vit once, then forks a child for each piece of code (a fork of a process
-# of its own, as tests/reliability/fault_harness.py does); each child is a whole process that a kill ends.
-_FORKING_PARENT = """
-    import json, os, sys, textwrap
-    import keras_vit
-    from tests.reliability.helpers import tiny_classifier
-
-    for name, code in json.loads(sys.stdin.read()).items():
-        pid = os.fork()
-        if pid == 0:
-            try:
-                exec(textwrap.dedent(code), {"__name__": "__main__"})
-            except BaseException:  # shown in stderr; the exit code (0) fails the test that expects a kill
-                import traceback
-                traceback.print_exc()
-            finally:  # the child never returns into the loop, whatever happens
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        print("EXIT", name, os.waitstatus_to_exitcode(status), flush=True)
-"""
-
-
-def run_forked_children(codes, timeout=240):
-    """Run each of `codes` (`{name: code}`) in a child forked from one fresh Python: `({name: exit code}, stderr)`."""
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_FORKING_PARENT)], cwd=ROOT, env=env,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = process.communicate(json.dumps(codes), timeout=timeout)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    assert process.returncode == 0, err[-3000:]
-    exits = {line.split()[1]: int(line.split()[2]) for line in out.splitlines() if line.startswith("EXIT ")}
-    return exits, err
 
 
 # === Identity, not spelling ===
