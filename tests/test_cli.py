@@ -120,9 +120,9 @@ def test_training_commands_check_arguments_before_training(command, flags, messa
     assert message in err and "=" not in err.split("Received:")[-1]
 
 
-# The resume of a `train_classifier` run (`keras-vit train`) is checked in
-# tests/workflows/test_training_run.py::test_a_diverged_run_keeps_its_last_good_epoch_and_resumes_to_the_uninterrupted_weights,
-# whose straight run serves that module's other test too.
+# The resume of a `train_classifier` run (`keras-vit train`) is checked in tests/workflows/test_training_run.py
+# (test_a_diverged_run_keeps_its_last_good_epoch_and_resumes_to_the_uninterrupted_weights), whose straight
+# run serves that module's other test too.
 
 
 def test_save_is_atomic(tmp_path):
