@@ -120,48 +120,9 @@ def test_training_commands_check_arguments_before_training(command, flags, messa
     assert message in err and "=" not in err.split("Received:")[-1]
 
 
-def test_train_resumes_from_its_checkpoint(tmp_path):
-    """Interrupted after its first epoch's checkpoint, a run continues to the uninterrupted run's weights."""
-    from keras_vit.data import load_digits_split
-    from keras_vit.workflows.digits_demo import build_digits_classifier
-    from keras_vit.workflows.resuming import open_run
-    from keras_vit.workflows.training import train_classifier
-
-    (x_train, y_train), test = load_digits_split(seed=0)
-    train = (x_train[:160], y_train[:160])
-    small = dict(num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=16)
-    settings = {"case": "resume"}
-
-    straight = build_digits_classifier(seed=0, **small)
-    train_classifier(straight, train, test, epochs=2, batch_size=32, seed=0, verbose=0,
-                     run=open_run(run_dir=str(tmp_path / "a")), settings=settings)
-
-    class Stop(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            if epoch == 1:
-                raise KeyboardInterrupt
-
-    killed = build_digits_classifier(seed=0, **small)
-    run_dir = str(tmp_path / "b")
-    original = keras_vit.workflows.training.fit_resumable
-
-    def with_stop(*args, **kwargs):
-        kwargs["callbacks"] = [Stop()]
-        return original(*args, **kwargs)
-
-    keras_vit.workflows.training.fit_resumable = with_stop
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            train_classifier(killed, train, test, epochs=2, batch_size=32, seed=0, verbose=0,
-                             run=open_run(run_dir=run_dir), settings=settings)
-    finally:
-        keras_vit.workflows.training.fit_resumable = original
-    resumed = build_digits_classifier(seed=0, **small)  # a new process would build the model again
-    result = train_classifier(resumed, train, test, epochs=2, batch_size=32, seed=0, verbose=0,
-                              run=open_run(run_dir=run_dir), settings=settings)
-    assert result["initial_epoch"] == 1
-    for a, b in zip(straight.get_weights(), resumed.get_weights()):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+# The resume of a `train_classifier` run (`keras-vit train`) is checked in tests/workflows/test_training_run.py
+# (test_a_diverged_run_keeps_its_last_good_epoch_and_resumes_to_the_uninterrupted_weights), whose straight
+# run serves that module's other test too.
 
 
 def test_save_is_atomic(tmp_path):

@@ -33,36 +33,48 @@ def values(model):
     return {weight.path: keras.ops.convert_to_numpy(weight.value).copy() for weight in model.weights}
 
 
-def test_only_the_low_rank_updates_and_the_head_train():
+@pytest.fixture(scope="module")
+def lora_fit():
+    """One LoRA classifier (rank 4, alpha 8) fitted for two epochs of AdamW, with its numbers from before.
+
+    What trains, what a save writes and what an epoch backup keeps are all
+    read from this one fit (until issue 50 each test fitted its own
+    identical model: four fits, each traced anew on TensorFlow). Nothing
+    below changes the model: they predict, save and back it up.
+    """
     model = tiny_classifier()
     x, y = images()
-    before_output = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
-    model.enable_lora(RANK)
+    plain_output = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
+    model.enable_lora(RANK, alpha=8)
+    lora_output = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
+    # AdamW: its decoupled weight decay would move any frozen weight the optimizer touched, even with no gradient.
+    model.compile(optimizer=keras.optimizers.AdamW(1e-2), loss="sparse_categorical_crossentropy")
+    before = values(model)
+    # Several steps: the head starts at zero, so the first step's gradient reaches only the head.
+    model.fit(x, y, epochs=2, batch_size=3, verbose=0)
+    return {"model": model, "x": x, "plain_output": plain_output, "lora_output": lora_output, "before": before,
+            "after": values(model)}
+
+
+def test_only_the_low_rank_updates_and_the_head_train(lora_fit):
+    model = lora_fit["model"]
     assert model.lora_enabled
     # Per block: qkv (D -> 3D), proj (D -> D), fc1 (D -> F), fc2 (F -> D); the head is D -> C plus its bias.
     per_block = RANK * ((D + 3 * D) + (D + D) + (D + F) + (F + D))
     expected = LAYERS * per_block + D * CLASSES + CLASSES
     assert sum(int(np.prod(w.shape)) for w in model.trainable_weights) == expected
     # B starts at zero: enabling LoRA changes nothing yet.
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(model.predict(x, verbose=0)), before_output, atol=1e-6)
+    np.testing.assert_allclose(lora_fit["lora_output"], lora_fit["plain_output"], atol=1e-6)
 
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
-    before = values(model)
-    # Several steps: the head starts at zero, so the first step's gradient reaches only the head.
-    model.fit(x, y, epochs=2, batch_size=3, verbose=0)
-    after = values(model)
+    before, after = lora_fit["before"], lora_fit["after"]
     changed = {path for path in before if not np.array_equal(before[path], after[path])}
     assert all("lora_kernel" in path or path.startswith("head/") for path in changed), sorted(changed)
     assert {"head/kernel", "head/bias"} <= changed and any("lora_kernel_b" in path for path in changed)
 
 
 @pytest.mark.parametrize("save", ["preset", "keras"])
-def test_a_saved_lora_model_is_a_plain_model_with_the_update_merged(save, tmp_path):
-    model = tiny_classifier()
-    model.enable_lora(RANK, alpha=8)
-    x, y = images()
-    model.compile(optimizer=keras.optimizers.AdamW(1e-2), loss="sparse_categorical_crossentropy")
-    model.fit(x, y, epochs=2, batch_size=3, verbose=0)
+def test_a_saved_lora_model_is_a_plain_model_with_the_update_merged(save, lora_fit, tmp_path):
+    model, x = lora_fit["model"], lora_fit["x"]
     expected = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
     if save == "preset":
         model.save_to_preset(str(tmp_path / "preset"))
@@ -80,20 +92,16 @@ def test_a_saved_lora_model_is_a_plain_model_with_the_update_merged(save, tmp_pa
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded.lora_layers()[0].kernel.value), merged, atol=1e-6)
 
 
-def test_an_epoch_backup_keeps_the_low_rank_factors(tmp_path):
+def test_an_epoch_backup_keeps_the_low_rank_factors(lora_fit, tmp_path):
     from keras_vit.workflows.resuming import EpochCheckpoint, open_run
 
-    x, y = images()
-    trained = tiny_classifier()
-    trained.enable_lora(RANK)
-    trained.compile(optimizer=keras.optimizers.AdamW(1e-2), loss="sparse_categorical_crossentropy")
-    trained.fit(x, y, epochs=2, batch_size=3, verbose=0)
+    trained = lora_fit["model"]
     checkpoint = EpochCheckpoint(open_run(run_dir=str(tmp_path / "run")))
     checkpoint.set_model(trained)
     checkpoint.on_epoch_end(1)
 
     resumed = tiny_classifier(seed=1)  # other initial weights: everything must come from the backup
-    resumed.enable_lora(RANK)
+    resumed.enable_lora(RANK, alpha=8)
     resumed.compile(optimizer=keras.optimizers.AdamW(1e-2), loss="sparse_categorical_crossentropy")
     assert EpochCheckpoint(open_run(run_dir=str(tmp_path / "run"))).restore(resumed) == 2
     expected, actual = values(trained), values(resumed)

@@ -121,7 +121,7 @@ def test_a_frozen_keras_applications_stem_trains_saves_and_reloads():
 def test_keras_cv_resnet_v2_stem():
     pytest.importorskip("keras_cv", reason="keras-cv (the `cv` extra) is not installed")
     keras.utils.set_random_seed(0)
-    stem = keras_cv_resnet_v2_stem(stackwise_filters=(8, 16), stackwise_blocks=(2, 2), stackwise_strides=(1, 2))
+    stem = keras_cv_resnet_v2_stem(stackwise_filters=(8,), stackwise_blocks=(2,), stackwise_strides=(2,))
     model = ViTClassifier(ViTBackbone(image_size=32, patch_size=1, stem=stem, **TINY_VIT), num_classes=3)
     assert model.backbone.grid_size == (4, 4)  # root stride 4, one stride-2 stack
     x, y = _tiny_data(32)
