@@ -59,7 +59,7 @@ def environment(backend, root=ROOT, **variables):
     return env
 
 
-def launch(backend, command, count=1, devices=1, port=None, only=None, root=ROOT, **variables):
+def launch(backend, command, count=1, devices=1, port=None, only=None, torchrun=True, root=ROOT, **variables):
     """`python COMMAND` as one process (`count=1`) or as the `count` processes of a job on `backend`'s engine.
 
     Args:
@@ -76,6 +76,10 @@ def launch(backend, command, count=1, devices=1, port=None, only=None, root=ROOT
         only: start only process `only` of the job, with the variables its
             launcher gives it (its peers never start; torchrun's are set
             by hand).
+        torchrun: on `"torch"`, start the job under torchrun; `False`
+            starts each process with the variables torchrun gives it, as
+            the other engines' processes are started (torchrun would end
+            the others as soon as one fails, hiding their output).
         root: the checkout whose keras_vit the processes run (and their
             working directory).
         **variables: added to every process's environment.
@@ -95,7 +99,7 @@ def launch(backend, command, count=1, devices=1, port=None, only=None, root=ROOT
 
     if count == 1:
         return [start(command)]
-    if backend == "torch" and only is None:
+    if backend == "torch" and only is None and torchrun:
         return [start(["-m", "torch.distributed.run", f"--nproc_per_node={count}", "--master_addr=127.0.0.1",
                        f"--master_port={port}", *command])]
     workers = [f"127.0.0.1:{port}", *(f"127.0.0.1:{free_port()}" for _ in range(count - 1))]

@@ -30,7 +30,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.distribution.jobs import finish, free_port, launch
+from tests.distribution.jobs import finish, launch
 
 SEED = 39
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "differing_flags_worker.py")
@@ -193,14 +193,9 @@ def _start_job(backend, arguments, extra):
 
     On PyTorch each process is started with the variables torchrun gives it, without torchrun itself: one
     Python start fewer, and torchrun would end the other process as soon as one fails, hiding its line.
-    (Jobs under torchrun: tests/distribution/test_torch_processes.py and the differential check.)
+    (Jobs under torchrun itself: the differential check, tests/distribution/differential.py.)
     """
-    command = [WORKER, json.dumps(extra), *arguments]
-    if backend == "torch":
-        port = free_port()
-        return [launch(backend, command, 2, port=port, only=index, KERAS_VIT_JOIN_TIMEOUT="60")[0]
-                for index in range(2)]
-    return launch(backend, command, 2, KERAS_VIT_JOIN_TIMEOUT="60")
+    return launch(backend, [WORKER, json.dumps(extra), *arguments], 2, torchrun=False, KERAS_VIT_JOIN_TIMEOUT="60")
 
 
 def _stop(children):

@@ -33,8 +33,7 @@ def test_every_process_checks_the_output_before_training(tmp_path):
     tiny_backbone_file(pretrained, image_size=8, dropout=0.0)
     arguments = ["-m", "keras_vit", "finetune", folder, "--preset", pretrained, "--epochs", "1",
                  "--output", str(tmp_path / "missing" / "out"), "--distribute", "data"]
-    port = free_port()
-    children = [launch("torch", arguments, 2, port=port, only=rank)[0] for rank in range(2)]
+    children = launch("torch", arguments, 2, torchrun=False)
     logs = finish(children, TIMEOUT)
     for child, log in zip(children, logs):
         assert child.returncode == 2, log[-4000:]
