@@ -119,7 +119,8 @@ def test_a_loss_that_becomes_nan_is_refused(tmp_path, digits):
     """Pre-training's door: a masked patch predictor computes its own loss, and a NaN one is refused too.
 
     The classifier's door (`train_classifier`, `keras-vit train`) is
-    `test_a_diverged_run_keeps_its_last_good_epoch` below, which diverges in
+    `test_a_diverged_run_keeps_its_last_good_epoch_and_resumes_to_the_uninterrupted_weights`
+    below, which diverges in
     epoch 2 of a `train_classifier` run: the same refusal (it is
     `run_training`'s), so a second classifier run diverging in its first
     epoch (this test's `train` case until issue 50) trained it again.
